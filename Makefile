@@ -1,0 +1,43 @@
+# Paged-KV autograder. `make help` lists the targets.
+PYTHON     ?= python3
+VENV       ?= .venv
+PY         := $(VENV)/bin/python
+ASSIGNMENT ?= assignment/l1_paged_kv_write
+SUBMISSION ?= reference/l1_paged_kv_write.py
+REPORT     ?= build/report.json
+DEVICE     ?= auto
+
+.PHONY: help venv grade test template release validate clean
+help:
+	@echo "make grade [SUBMISSION=file.py] [REPORT=out.json] [DEVICE=auto|cpu|cuda]  grade one submission"
+	@echo "make test                      the project's own tests (CPU interpreter when no GPU)"
+	@echo "make template                  regenerate student_template/ from the reference (nbgrader)"
+	@echo "make release                   the student bundle in build/release/"
+	@echo "make validate                  grade the reference and the wrong/adversarial corpus, print the kill matrix"
+
+# The environment: reuses a working torch/triton where one is installed, else pins the CPU stack.
+$(VENV)/.runtime: requirements/runtime.txt requirements/gpu-stack.txt requirements/constraints.txt tools/make_venv.py
+	$(PYTHON) tools/make_venv.py $(VENV)
+	@touch $@
+$(VENV)/.nbgrader: $(VENV)/.runtime requirements/nbgrader.txt
+	$(PYTHON) tools/make_venv.py $(VENV) --with nbgrader
+	@touch $@
+venv: $(VENV)/.runtime
+
+grade: $(VENV)/.runtime
+	$(PY) -m grader grade --assignment $(ASSIGNMENT) --submission $(SUBMISSION) --report $(REPORT) --device $(DEVICE)
+
+test: $(VENV)/.nbgrader
+	$(PY) -m pytest tests/grader tests/assignment -q
+
+template: $(VENV)/.nbgrader
+	$(PY) tools/make_template.py --assignment $(ASSIGNMENT)
+
+release: $(VENV)/.runtime
+	$(PY) tools/make_release.py --assignment $(ASSIGNMENT) --out build/release
+
+validate: $(VENV)/.runtime
+	$(PY) -m grader validate --assignment $(ASSIGNMENT) --out build/validate.json
+
+clean:
+	rm -rf build
