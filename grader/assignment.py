@@ -1,0 +1,72 @@
+"""An assignment as data: paths, the functions a submission exposes, and the rubric."""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class AssignmentError(ValueError):
+    """The assignment's own files are wrong: an instructor's mistake, not a student's."""
+
+
+@dataclass(frozen=True)
+class Area:
+    name: str
+    points: float
+    summary: str = ""
+    requires: tuple[str, ...] = ()
+    device: str | None = None           # "cuda": graded only where a GPU is present
+
+    def applies_on(self, device: str) -> bool:
+        return self.device is None or self.device == device
+
+
+@dataclass(frozen=True)
+class Assignment:
+    id: str
+    title: str
+    folder: Path
+    submission: str
+    functions: tuple[str, ...]
+    reference: Path
+    template: Path
+    public_tests: Path
+    hidden_tests: Path
+    call_timeout_s: float
+    areas: dict[str, Area] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "Assignment":
+        folder = Path(folder)
+        path = folder / "assignment.toml" if folder.is_dir() else folder
+        try:
+            data = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise AssignmentError(f"no assignment file at {path}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise AssignmentError(f"{path}: {exc}") from None
+        meta = data.get("assignment", {})
+        try:
+            areas = {name: Area(name=name, points=float(spec["points"]), summary=spec.get("summary", ""),
+                                requires=tuple(spec.get("requires", ())), device=spec.get("device"))
+                     for name, spec in data.get("rubric", {}).items()}
+            assignment = cls(
+                id=meta["id"], title=meta.get("title", meta["id"]), folder=path.parent,
+                submission=meta["submission"], functions=tuple(meta["functions"]),
+                reference=REPO / meta["reference"], template=REPO / meta["template"],
+                public_tests=REPO / meta["public_tests"], hidden_tests=REPO / meta["hidden_tests"],
+                call_timeout_s=float(meta.get("call_timeout_s", 120)), areas=areas)
+        except KeyError as exc:
+            raise AssignmentError(f"{path}: missing key {exc}") from None
+        for area in areas.values():
+            unknown = set(area.requires) - set(areas)
+            if unknown:
+                raise AssignmentError(f"{path}: area {area.name} requires unknown {sorted(unknown)}")
+        return assignment
+
+    @property
+    def total_points(self) -> float:
+        return sum(a.points for a in self.areas.values())

@@ -1,0 +1,52 @@
+"""Command line: `python -m grader grade --submission FILE --report OUT [--device auto|cpu|cuda]`."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import report as reports
+from .assignment import Assignment, AssignmentError
+from .run import grade
+
+
+def _fail(message: str) -> int:
+    print(f"grader: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m grader", description=__doc__)
+    sub = ap.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("grade", help="grade one submission and write its report")
+    g.add_argument("--assignment", default="assignment/l1_paged_kv_write", help="assignment folder")
+    g.add_argument("--submission", help="the submitted .py file (default: the reference)")
+    g.add_argument("--report", default="build/report.json", help="where to write results.json")
+    g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    g.add_argument("--seed", type=int, help="input seed (default: drawn afresh)")
+    g.add_argument("--no-privilege-drop", action="store_true", help="run workers as the grader's user")
+    g.add_argument("--quiet", action="store_true", help="no per-test progress")
+    args = ap.parse_args(argv)
+
+    try:
+        assignment = Assignment.load(args.assignment)
+    except AssignmentError as exc:
+        return _fail(str(exc))
+    submission = Path(args.submission) if args.submission else assignment.reference
+    if not submission.is_file():
+        return _fail(f"no submission file at {submission}")
+    if args.device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            return _fail("--device cuda asked for, but this machine has no usable CUDA device")
+    report_path = Path(args.report)
+    if report_path.is_dir():
+        return _fail(f"--report {report_path} is a folder; give a file path")
+    report = grade(assignment, submission, report_path, args.device, args.seed,
+                   drop_privileges=not args.no_privilege_drop, quiet=args.quiet)
+    print()
+    print(reports.terminal_table(report))
+    if report["extra_data"].get("problem"):
+        print(f"note: {report['extra_data']['problem']}")
+    print(f"report written to {report_path}")
+    return 0

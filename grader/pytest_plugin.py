@@ -1,0 +1,175 @@
+"""pytest plugin for hidden suites: fixtures that reach the sandboxed submission,
+one rubric area per test, and the per-test record the report is built from.
+
+Loaded by the grader as `-p grader.pytest_plugin`; configured by --grader-* options.
+The test process never imports the submission; see grader/sandbox.
+"""
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from pathlib import Path
+
+import pytest
+import torch
+
+from .assignment import Assignment
+from .sandbox import Confinement, SandboxFailure, Submission, SubmissionError
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("grader")
+    group.addoption("--grader-assignment", help="assignment folder (holds assignment.toml)")
+    group.addoption("--grader-submission", help="the submitted file")
+    group.addoption("--grader-device", default="cpu", choices=["cpu", "cuda"])
+    group.addoption("--grader-seed", type=int, default=0)
+    group.addoption("--grader-state", help="folder for the grader's own records of this run")
+    group.addoption("--grader-no-uid", action="store_true", help="do not drop privileges")
+
+
+class Grading:
+    """Run-wide state, one per pytest session."""
+
+    def __init__(self, config):
+        opt = config.getoption
+        self.assignment = Assignment.load(opt("--grader-assignment"))
+        self.submission_path = Path(opt("--grader-submission"))
+        self.device = torch.device(opt("--grader-device"))
+        self.seed = opt("--grader-seed")
+        self.state = Path(opt("--grader-state"))
+        protect = [self.assignment.reference.parent, self.assignment.hidden_tests]
+        self.confinement = Confinement.prepare(self.device.type, protect,
+                                               want_uid=not opt("--grader-no-uid"))
+        self._submission: Submission | None = None
+        self.write("sandbox.json", self.confinement.describe())
+
+    def submission(self) -> Submission:
+        if self._submission is None:
+            self._submission = Submission(self.submission_path, list(self.assignment.functions),
+                                          self.device, self.confinement, self.assignment.call_timeout_s)
+        return self._submission
+
+    def write(self, name: str, data) -> None:
+        tmp = self.state / f".{name}.tmp"
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, self.state / name)
+
+    def close(self) -> None:
+        if self._submission is not None:
+            sub = self._submission
+            self.write("worker.json", {"restarts": sub.restarts, "failures": sub.failures[-20:],
+                                       "import_error": sub.unavailable})
+            sub.close()
+
+
+def _grading(config) -> Grading:
+    return config.stash[_KEY]
+
+
+_KEY = pytest.StashKey[Grading]()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "area(name): the rubric area this test grades")
+    if config.getoption("--grader-submission"):
+        config.stash[_KEY] = Grading(config)
+
+
+def pytest_unconfigure(config):
+    if _KEY in config.stash:
+        config.stash[_KEY].close()
+
+
+def area_of(item) -> str | None:
+    marks = list(item.iter_markers("area"))
+    return marks[0].args[0] if marks else None
+
+
+def contract_of(item) -> str:
+    doc = getattr(item.function, "__doc__", None) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else item.originalname
+
+
+def pytest_collection_modifyitems(session, config, items):
+    grading = _grading(config)
+    areas = grading.assignment.areas
+    problems = []
+    for item in items:
+        marks = [m.args[0] for m in item.iter_markers("area")]
+        if len(marks) != 1 or marks[0] not in areas:
+            problems.append(f"{item.nodeid}: needs exactly one area marker from {sorted(areas)}, has {marks}")
+            continue
+        area = areas[marks[0]]
+        if not area.applies_on(grading.device.type):
+            item.add_marker(pytest.mark.skip(reason=f"area {area.name} is graded only on {area.device}"))
+    if problems:
+        raise pytest.UsageError("hidden suite is malformed:\n" + "\n".join(problems))
+    grading.write("collected.json", [{"nodeid": i.nodeid, "area": area_of(i), "contract": contract_of(i)}
+                                     for i in items])
+
+
+# -- fixtures ------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def submission(request):
+    return _grading(request.config).submission()
+
+
+@pytest.fixture(scope="session")
+def submission_source(request) -> str:
+    return _grading(request.config).submission_path.read_text(errors="replace")
+
+
+@pytest.fixture(scope="session")
+def device(request) -> torch.device:
+    return _grading(request.config).device
+
+
+@pytest.fixture
+def seed(request) -> int:
+    """Drawn per run by the grader, mixed with the test's id: inputs differ every run."""
+    return zlib.crc32(f"{_grading(request.config).seed}:{request.node.nodeid}".encode())
+
+
+@pytest.fixture
+def rng(seed) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.fixture
+def shared(submission):
+    """Allocator for tensors the worker maps without a copy (huge caches)."""
+    yield submission.exchange
+    submission.exchange.release()
+
+
+# -- the per-test record -------------------------------------------------------
+def _hint(excinfo) -> tuple[str, str]:
+    """(outcome, student-facing hint) for an exception raised in a test."""
+    exc = excinfo.value
+    if isinstance(exc, SandboxFailure):
+        return exc.outcome, str(exc)
+    if isinstance(exc, SubmissionError):
+        return "failed", f"your code raised {exc.type_name}: {exc.message[:500]}"
+    if isinstance(exc, AssertionError):
+        text = str(exc)
+        # pytest appends its introspection ("assert x == y ...") after the message.
+        message = text.split("\nassert ")[0] if not text.startswith("assert ") else ""
+        return "failed", message.strip() or "the result did not match the expected one"
+    if excinfo.errisinstance(pytest.skip.Exception):
+        return "skipped", str(getattr(exc, "msg", exc))
+    return "error", f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def pytest_json_runtest_metadata(item, call):
+    record = {}
+    if call.when == "setup":
+        record = {"area": area_of(item), "contract": contract_of(item)}
+    if call.excinfo is not None and call.when in ("setup", "call"):
+        outcome, hint = _hint(call.excinfo)
+        if call.when == "setup" and outcome not in ("skipped", "crashed", "timeout"):
+            outcome = "error"
+        record.update(outcome=outcome, hint=hint)
+    elif call.when == "call":
+        record.update(outcome="passed", hint="")
+    return record

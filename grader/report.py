@@ -1,0 +1,120 @@
+"""The score report: Gradescope's results.json, with the grader's details under extra_data.
+
+Students see each test's area, contract and hint; the inputs, node ids, seed and
+worker logs sit under extra_data.instructor."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from . import __version__
+from .assignment import Assignment
+from .scoring import AreaResult, TestResult, totals
+
+SCHEMA = Path(__file__).with_name("results.schema.json")
+
+
+def build(assignment: Assignment, areas: dict[str, AreaResult], results: list[TestResult], *,
+          submission: dict, environment: dict, sandbox: dict, phases: dict, instructor: dict,
+          problem: str | None = None) -> dict:
+    score, max_score = totals(areas)
+    order = {name: i for i, name in enumerate(assignment.areas, start=1)}
+    counters: dict[str, int] = {}
+    tests = []
+    for r in sorted(results, key=lambda r: order[r.area]):
+        counters[r.area] = counters.get(r.area, 0) + 1
+        number = f"{order[r.area]}.{counters[r.area]}"
+        entry = {
+            "name": f"{r.area}: {r.contract}",
+            "number": number,
+            "score": round(r.score, 4),
+            "max_score": round(r.max_score, 4),
+            "output": _student_output(r),
+            "tags": [r.area],
+            "visibility": "visible",
+            "extra_data": {"outcome": r.outcome, "duration_s": round(r.duration_s, 3)},
+        }
+        if r.outcome != "skipped":
+            entry["status"] = "passed" if r.score == r.max_score and r.outcome == "passed" else "failed"
+        tests.append(entry)
+        instructor.setdefault("tests", {})[number] = r.nodeid
+    outcomes = {o: sum(r.outcome == o for r in results) for o in ("passed", "failed", "error", "crashed", "timeout", "skipped")}
+    return {
+        "score": round(score, 2),
+        "max_score": round(max_score, 2),
+        "execution_time": round(phases.get("total_s", 0.0), 2),
+        "output": summary_markdown(assignment, areas, score, max_score, problem),
+        "output_format": "md",
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "tests": tests,
+        "extra_data": {
+            "grader_version": __version__,
+            "assignment": assignment.id,
+            "submission": submission,
+            "environment": environment,
+            "sandbox": sandbox,
+            "areas": {a.name: {"points": a.points, "graded": a.graded, "score": round(a.score, 4),
+                               "passed": a.passed, "total": a.total, "gated_by": a.gated_by,
+                               "note": a.note} for a in areas.values()},
+            "outcomes": outcomes,
+            "phases": {k: round(v, 3) for k, v in phases.items()},
+            "problem": problem,
+            "instructor": instructor,
+        },
+    }
+
+
+def _student_output(r: TestResult) -> str:
+    if r.outcome == "skipped":
+        return f"skipped: {r.hint}" if r.hint else "skipped"
+    parts = []
+    if r.gated_by:
+        parts.append(f"No points for this area until {', '.join(r.gated_by)} passes completely.")
+    if r.outcome != "passed":
+        label = {"crashed": "The worker running your code crashed",
+                 "timeout": "Your code did not finish in time",
+                 "error": "The test could not run"}.get(r.outcome)
+        parts.append(f"{label}: {r.hint}" if label else r.hint)
+    return " ".join(p for p in parts if p)
+
+
+def summary_markdown(assignment: Assignment, areas: dict[str, AreaResult], score: float,
+                     max_score: float, problem: str | None) -> str:
+    lines = [f"**{assignment.title}**: {score:.2f} / {max_score:.2f}", ""]
+    if problem:
+        lines += [f"**{problem}**", ""]
+    lines += ["| area | tests passed | points |", "|---|---|---|"]
+    for a in areas.values():
+        pts = f"{a.score:.2f} / {a.points:.2f}" if a.graded else "not graded here"
+        note = f" ({a.note})" if a.note and a.graded else ""
+        lines.append(f"| {a.name} | {a.passed}/{a.total} | {pts}{note} |")
+    return "\n".join(lines)
+
+
+def write_atomically(report: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(report, f, indent=2)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def terminal_table(report: dict) -> str:
+    rows = [("area", "passed", "points")]
+    for name, a in report["extra_data"]["areas"].items():
+        pts = f"{a['score']:.2f}/{a['points']:.2f}" if a["graded"] else "n/a"
+        rows.append((name, f"{a['passed']}/{a['total']}", pts + (f"  {a['note']}" if a["note"] else "")))
+    rows.append(("total", "", f"{report['score']:.2f}/{report['max_score']:.2f}"))
+    width = [max(len(r[i]) for r in rows) for i in range(2)]
+    return "\n".join(f"{r[0]:<{width[0]}}  {r[1]:>{width[1]}}  {r[2]}" for r in rows)

@@ -1,0 +1,185 @@
+"""Grade one submission: check the file, run the hidden suites in a pytest
+subprocess (which reaches the submission only through the sandbox), then score
+what came back against what was collected and write the report once."""
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import platform
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import report as reports
+from .assignment import REPO, Assignment
+from .sandbox.confine import become_subreaper, kill_tree
+from .scoring import OUTCOMES, TestResult, score
+
+SUITE_TIMEOUT_S = 3600
+
+
+def resolve_device(requested: str) -> str:
+    if requested != "auto":
+        return requested
+    import torch
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def environment(device: str) -> dict:
+    import torch
+    import triton
+    env = {"device": device, "python": platform.python_version(), "torch": torch.__version__,
+           "triton": triton.__version__, "platform": platform.platform(),
+           "triton_interpreter": device == "cpu"}
+    if device == "cuda":
+        env["device_name"] = torch.cuda.get_device_name(0)
+        env["cuda"] = torch.version.cuda
+    else:
+        env["device_name"] = platform.processor() or platform.machine()
+    return env
+
+
+def precheck(path: Path, assignment: Assignment) -> str | None:
+    """Why the file cannot be graded at all, or None. Runs no submitted code."""
+    data = path.read_bytes()
+    if b"\0" in data:
+        return "the submission is not a Python source file (it contains binary data)"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "the submission is not UTF-8 text, so it is not a Python source file"
+    try:
+        tree = ast.parse(text, filename=assignment.submission)
+    except SyntaxError as exc:
+        return f"the submission does not parse as Python: line {exc.lineno}: {exc.msg}"
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    missing = [f for f in assignment.functions if f not in defined]
+    if missing and len(missing) == len(assignment.functions):
+        return f"the submission defines none of {', '.join(assignment.functions)}"
+    return None
+
+
+def grade(assignment: Assignment, submission: Path, report_path: Path, device: str = "auto",
+          seed: int | None = None, drop_privileges: bool = True, quiet: bool = False) -> dict:
+    t0 = time.monotonic()
+    become_subreaper()
+    device = resolve_device(device)
+    seed = secrets.randbits(31) if seed is None else seed
+    data = submission.read_bytes()
+    meta = {"file": submission.name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    env = environment(device)
+    phases = {"startup_s": time.monotonic() - t0}
+    instructor: dict = {"seed": seed}
+    problem = precheck(submission, assignment)
+    results: list[TestResult] = []
+    sandbox: dict = {}
+    if problem is None:
+        results, sandbox, problem = _run_suites(assignment, submission, device, seed, drop_privileges,
+                                                instructor, quiet)
+    else:
+        results = _collect_only(assignment, problem)
+    phases["suites_s"] = time.monotonic() - t0 - phases["startup_s"]
+    phases["total_s"] = time.monotonic() - t0
+    areas = score(assignment, results, device)
+    report = reports.build(assignment, areas, results, submission=meta, environment=env, sandbox=sandbox,
+                           phases=phases, instructor=instructor, problem=problem)
+    reports.write_atomically(report, report_path)
+    return report
+
+
+def _pytest_cmd(assignment: Assignment, submission: Path, device: str, seed: int, state: Path,
+                drop_privileges: bool, collect_only: bool) -> list[str]:
+    cmd = [sys.executable, "-m", "pytest", str(assignment.hidden_tests), "-p", "grader.pytest_plugin",
+           "-p", "no:cacheprovider", "--rootdir", str(assignment.hidden_tests), "-c", os.devnull,
+           "--grader-assignment", str(assignment.folder), "--grader-submission", str(submission),
+           "--grader-device", device, "--grader-seed", str(seed), "--grader-state", str(state),
+           "--json-report", f"--json-report-file={state / 'pytest.json'}", "--json-report-omit", "log",
+           "-o", "console_output_style=count", "--tb=no", "-rN", "-v", "--no-header"]
+    if not drop_privileges:
+        cmd.append("--grader-no-uid")
+    if collect_only:
+        cmd.append("--collect-only")
+    return cmd
+
+
+def _pytest(cmd: list[str], quiet: bool) -> tuple[int, str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env.pop("TRITON_INTERPRET", None)   # the trusted process runs no kernel
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    tail: list[str] = []
+    deadline = time.monotonic() + SUITE_TIMEOUT_S
+    for line in proc.stdout:
+        tail = (tail + [line])[-200:]
+        if not quiet:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+        if time.monotonic() > deadline:
+            break
+    try:
+        code = proc.wait(timeout=max(1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        code = -9
+    kill_tree(os.getpid())      # whatever outlived pytest (re-parented to us) goes now
+    return code, "".join(tail)
+
+
+def _collect_only(assignment: Assignment, problem: str) -> list[TestResult]:
+    """The tests a run would have had, each failed with the same reason."""
+    state = Path(tempfile.mkdtemp(prefix="grader-"))
+    try:
+        cmd = _pytest_cmd(assignment, assignment.reference, "cpu", 0, state, False, collect_only=True)
+        _pytest(cmd, quiet=True)
+        collected = _read_json(state / "collected.json") or []
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+    return [TestResult(c["nodeid"], c["area"], c["contract"], "failed", problem) for c in collected]
+
+
+def _run_suites(assignment, submission, device, seed, drop_privileges, instructor, quiet):
+    state = Path(tempfile.mkdtemp(prefix="grader-"))   # 0700: no worker reads or writes it
+    try:
+        cmd = _pytest_cmd(assignment, submission.resolve(), device, seed, state, drop_privileges, False)
+        code, tail = _pytest(cmd, quiet)
+        collected = _read_json(state / "collected.json")
+        pytest_json = _read_json(state / "pytest.json") or {}
+        sandbox = _read_json(state / "sandbox.json") or {}
+        worker = _read_json(state / "worker.json") or {}
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+    instructor.update(pytest_exit=code, worker=worker)
+    if collected is None:
+        instructor["pytest_tail"] = tail[-6000:]
+        return [], sandbox, "the grader could not collect its hidden tests (see extra_data.instructor)"
+    reported = {t["nodeid"]: t for t in pytest_json.get("tests", [])}
+    results, problem = [], None
+    if worker.get("import_error"):
+        problem = worker["import_error"]
+    for c in collected:
+        got = reported.get(c["nodeid"])
+        meta = (got or {}).get("metadata", {})
+        outcome = meta.get("outcome")
+        if got is None or outcome not in OUTCOMES:
+            results.append(TestResult(c["nodeid"], c["area"], c["contract"], "error",
+                                      "the grading run ended before this test reported"))
+            problem = problem or "the grading run ended early; unreported tests score nothing"
+            continue
+        duration = sum((got.get(w) or {}).get("duration", 0.0) for w in ("setup", "call", "teardown"))
+        results.append(TestResult(c["nodeid"], c["area"], c["contract"], outcome, meta.get("hint", ""), duration))
+    if code not in (0, 1) and problem is None and not pytest_json:
+        problem = f"the test run ended abnormally (exit {code})"
+    return results, sandbox, problem
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,201 @@
+"""What the operating system can do to contain a worker, and the record of what it did.
+
+Layers, strongest first; each is used where the machine allows it and the
+report says which were in force:
+  * another uid (only when the grader runs as root and that uid can run the
+    Python environment), with the protected paths closed to it;
+  * resource limits: file size (caps the output log), core dumps, address space
+    on the CPU, process count under the separate uid;
+  * a memory watchdog on private resident memory (CUDA needs the address space);
+  * every descendant is ours to kill: the grader is a child subreaper, so a
+    process that daemonises is re-parented to it instead of escaping.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import pwd
+import random
+import resource
+import signal
+import stat
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PR_SET_CHILD_SUBREAPER = 36
+OUTPUT_LIMIT = 64 << 20           # bytes a worker may write to its log
+CPU_ADDRESS_SPACE = 64 << 30      # generous: the 100k-block caches are mapped, not resident
+UID_RANGE = range(61000, 62000)
+
+
+def become_subreaper() -> bool:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _proc_table() -> dict[int, tuple[int, int]]:
+    """pid -> (ppid, uid) for every visible process."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+            table[int(entry)] = (int(fields["PPid"]), int(fields["Uid"].split()[1]))
+        except (OSError, KeyError, ValueError):
+            continue
+    return table
+
+
+def children_of(pid: int) -> list[int]:
+    return [p for p, (ppid, _) in _proc_table().items() if ppid == pid]
+
+
+def descendants(root: int) -> list[int]:
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def kill_tree(root: int, uid: int | None = None) -> None:
+    """SIGKILL cannot be ignored; sweep twice to catch processes forked mid-sweep."""
+    for _ in range(3):
+        victims = set(descendants(root))
+        if uid is not None:
+            victims |= {pid for pid, (_, u) in _proc_table().items() if u == uid}
+        victims.discard(os.getpid())
+        if not victims:
+            return
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
+        reap_children()
+
+
+def reap_children() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def private_rss(pid: int) -> int:
+    """Anonymous resident bytes of pid and its descendants (shared tensors are file pages)."""
+    total = 0
+    for p in [pid, *descendants(pid)]:
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("RssAnon:"):
+                        total += int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return total
+
+
+def default_memory_limit() -> int:
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        total = 16 << 30
+    return min(16 << 30, total // 3)
+
+
+@dataclass
+class Confinement:
+    """How workers are started; `describe()` goes into the report verbatim."""
+    device: str
+    uid: int | None = None
+    protected: list[str] = field(default_factory=list)
+    memory_limit: int = field(default_factory=default_memory_limit)
+    reason: str = ""
+    subreaper: bool = False
+
+    @classmethod
+    def prepare(cls, device: str, protect: list[Path], python: str = sys.executable,
+                want_uid: bool = True) -> "Confinement":
+        conf = cls(device=device, subreaper=become_subreaper())
+        if not want_uid:
+            conf.reason = "privilege drop disabled by configuration"
+        elif os.geteuid() != 0:
+            conf.reason = "grader is not root: workers run as the grader's own user"
+        else:
+            uid = _free_uid()
+            ok, why = _uid_can_run(uid, python, device)
+            if ok:
+                conf.uid = uid
+                for path in protect:
+                    if path.exists():
+                        mode = stat.S_IMODE(path.stat().st_mode)
+                        path.chmod(mode & 0o700)
+                        conf.protected.append(str(path))
+            else:
+                conf.reason = f"uid {uid} cannot run the Python environment ({why}); workers run as root"
+        return conf
+
+    def preexec(self) -> None:
+        """Runs in the child between fork and exec."""
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT, OUTPUT_LIMIT))
+        if self.device == "cpu":
+            resource.setrlimit(resource.RLIMIT_AS, (CPU_ADDRESS_SPACE, CPU_ADDRESS_SPACE))
+        if self.uid is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (4096, 4096))
+            os.setgroups([])
+            os.setgid(self.uid)
+            os.setuid(self.uid)
+
+    def own(self, path: Path) -> None:
+        if self.uid is not None:
+            os.chown(path, self.uid, self.uid)
+
+    def describe(self) -> dict:
+        return {
+            "process": "separate worker process per submission, replaced after a crash or timeout",
+            "privilege_drop": self.uid is not None,
+            "uid": self.uid,
+            "why_not": self.reason or None,
+            "protected_paths": self.protected,
+            "rlimits": {"fsize_bytes": OUTPUT_LIMIT, "core": 0,
+                        "address_space_bytes": CPU_ADDRESS_SPACE if self.device == "cpu" else None,
+                        "nproc": 4096 if self.uid is not None else None},
+            "memory_watchdog_bytes": self.memory_limit,
+            "descendants_reaped": self.subreaper,
+        }
+
+
+def _free_uid() -> int:
+    used = {u for _, u in _proc_table().values()} | {p.pw_uid for p in pwd.getpwall()}
+    free = [u for u in UID_RANGE if u not in used]
+    return random.choice(free)
+
+
+def _uid_can_run(uid: int, python: str, device: str) -> tuple[bool, str]:
+    probe = "import torch, triton" + (", torch.cuda; torch.cuda.init()" if device == "cuda" else "")
+    try:
+        r = subprocess.run([python, "-s", "-c", probe], user=uid, group=uid, extra_groups=[],
+                           capture_output=True, text=True, timeout=120, cwd="/",
+                           env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/"})
+    except (OSError, subprocess.SubprocessError) as exc:
+        return False, str(exc)
+    last = (r.stderr.strip().splitlines() or [""])[-1]
+    return r.returncode == 0, last[:200]

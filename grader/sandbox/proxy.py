@@ -1,0 +1,271 @@
+"""The trusted side of the sandbox: a submission you can call but never import.
+
+`Submission` exposes the assignment's functions as plain callables. Each call
+crosses to a worker process (see worker.py); a worker that crashes, hangs past
+the timeout, eats too much memory or poisons its CUDA context is killed with all
+of its descendants and replaced on the next call, so one bug costs one test.
+"""
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from . import wire
+from .confine import Confinement, children_of, kill_tree, private_rss
+from .exchange import Exchange, tensor_from_wire
+
+HERE = Path(__file__).resolve().parent
+LIVE: set[int] = set()      # pids of workers in use; any other child of ours is an orphan
+
+
+class SubmissionError(Exception):
+    """The submission raised; type_name and message are its own (untrusted) words."""
+
+    def __init__(self, type_name: str, message: str):
+        super().__init__(f"{type_name}: {message}")
+        self.type_name = type_name
+        self.message = message
+
+
+class SandboxFailure(BaseException):
+    """The call produced no answer. A BaseException, so a test's `except Exception`
+    cannot mistake it for an answer of the submission."""
+    outcome = "error"
+
+
+class WorkerCrashed(SandboxFailure):
+    outcome = "crashed"
+
+
+class WorkerTimeout(SandboxFailure):
+    outcome = "timeout"
+
+
+class SubmissionUnavailable(SandboxFailure):
+    """The file did not import, or lacks the function asked for."""
+    outcome = "failed"
+
+
+def sweep_orphans(uid: int | None = None) -> None:
+    """Kill what daemonised out of a worker: as subreaper we inherited it."""
+    for pid in children_of(os.getpid()):
+        if pid not in LIVE:
+            kill_tree(pid, None)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    if uid is not None and not LIVE:
+        kill_tree(os.getpid(), uid)
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return str(-code)
+
+
+class Worker:
+    """One sandboxed process holding one imported submission."""
+
+    def __init__(self, module: Path, functions: list[str], device: torch.device,
+                 confinement: Confinement, scratch: Path):
+        self.device = device
+        self.conf = confinement
+        self.scratch = scratch
+        self.log = scratch / "worker.log"
+        ours, theirs = socket.socketpair()
+        self.sock = ours
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(scratch / "home"),
+            "TMPDIR": str(scratch / "home"),
+            "TRITON_CACHE_DIR": str(scratch / "triton-cache"),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+        for key in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "PYTHONPATH", "NCCL_NVLS_ENABLE",
+                    "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
+            if key in os.environ:
+                env[key] = os.environ[key]
+        if device.type == "cpu":
+            env["TRITON_INTERPRET"] = "1"
+        cmd = [sys.executable, "-s", str(scratch / "worker" / "worker.py"), "--fd", str(theirs.fileno()),
+               "--module", str(module), "--device", device.type, "--functions", ",".join(functions)]
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                         pass_fds=[theirs.fileno()], cwd=scratch / "home", env=env,
+                                         start_new_session=True, preexec_fn=confinement.preexec)
+        theirs.close()
+        LIVE.add(self.proc.pid)
+        self.started = time.monotonic()
+
+    def request(self, header: dict, timeout: float) -> tuple[dict, list[bytes]]:
+        if header:
+            wire.send(self.sock, header)
+        deadline = time.monotonic() + timeout
+        while True:
+            ready, _, _ = select.select([self.sock], [], [], 0.1)
+            if ready:
+                break
+            if time.monotonic() > deadline:
+                raise WorkerTimeout(f"no answer within {timeout:.0f} s (infinite loop, deadlock or a hung kernel?)")
+            rss = private_rss(self.proc.pid)
+            if rss > self.conf.memory_limit:
+                raise WorkerCrashed(f"used {rss / 2**30:.1f} GiB of memory, over the "
+                                    f"{self.conf.memory_limit / 2**30:.0f} GiB limit")
+        self.sock.settimeout(max(1.0, deadline - time.monotonic()))
+        try:
+            return wire.recv(self.sock)
+        except socket.timeout:
+            raise WorkerTimeout("the answer stopped half-way") from None
+        except (EOFError, ConnectionError):
+            raise WorkerCrashed(self.death()) from None
+        except wire.WireError as exc:
+            raise WorkerCrashed(f"sent a malformed answer ({exc})") from None
+        finally:
+            self.sock.settimeout(None)
+
+    def death(self) -> str:
+        try:
+            code = self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            return "closed its connection to the grader"
+        if code < 0 and -code == signal.SIGXFSZ:
+            return "printed more than the output limit allows"
+        if code < 0:
+            return f"died with signal {_signal_name(code)}" + (
+                " (a segmentation fault: an out-of-bounds address, often an overflowing offset)"
+                if -code == signal.SIGSEGV else "")
+        return f"exited with status {code} instead of answering"
+
+    def stop(self) -> None:
+        try:
+            self.sock.settimeout(0.5)
+            wire.send(self.sock, {"op": "bye"})
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            pass
+        kill_tree(self.proc.pid, self.conf.uid)
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        LIVE.discard(self.proc.pid)
+        sweep_orphans(self.conf.uid)
+        self.sock.close()
+
+    def log_tail(self, limit: int = 4000) -> str:
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - limit))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+
+class Submission:
+    """Callable stand-in for the submitted module, e.g. `sub.slot_mapping(...)`."""
+
+    def __init__(self, module: Path, functions: list[str], device: torch.device,
+                 confinement: Confinement, timeout: float):
+        self.functions = list(functions)
+        self.device = device
+        self.conf = confinement
+        self.timeout = timeout
+        self.scratch = Path(tempfile.mkdtemp(prefix="grader-sandbox-"))
+        for sub in ("home", "triton-cache", "worker", "exchange", "submission"):
+            (self.scratch / sub).mkdir()
+        for name in ("worker.py", "wire.py"):
+            shutil.copy(HERE / name, self.scratch / "worker" / name)
+        self.module = self.scratch / "submission" / Path(module).name
+        shutil.copy(module, self.module)
+        for path in (self.scratch, *self.scratch.iterdir()):
+            confinement.own(path)
+        confinement.own(self.module)
+        self.exchange = Exchange(self.scratch / "exchange", device, confinement.own)
+        self._worker: Worker | None = None
+        self.unavailable: str | None = None    # import failure: deterministic, not retried
+        self.present: list[str] = []
+        self.restarts = 0
+        self.failures: list[str] = []          # instructor detail: worker deaths and log tails
+
+    def __getattr__(self, name: str):
+        if name.startswith("_") or name not in self.__dict__.get("functions", ()):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: self.call(name, *args, **kwargs)
+
+    def _ready_worker(self) -> Worker:
+        if self.unavailable:
+            raise SubmissionUnavailable(self.unavailable)
+        if self._worker is None:
+            worker = Worker(self.module, self.functions, self.device, self.conf, self.scratch)
+            self._worker = worker
+            try:
+                hello, _ = worker.request({}, self.timeout)
+            except SandboxFailure as exc:
+                self._discard(f"while importing: {exc}")
+                raise type(exc)(f"while importing your file: {exc}") from None
+            if not hello.get("ok"):
+                err = hello.get("error") or {}
+                self.unavailable = (f"your file failed to import: {err.get('type', '?')}: "
+                                    f"{str(err.get('message', ''))[:500]}")
+                self.failures.append(str(err.get("traceback", ""))[-4000:])
+                self._discard(None)
+                raise SubmissionUnavailable(self.unavailable)
+            self.present = [f for f in hello.get("functions", []) if f in self.functions]
+        return self._worker
+
+    def _discard(self, why: str | None) -> None:
+        if self._worker is not None:
+            if why:
+                self.failures.append(f"{why}\n{self._worker.log_tail()}")
+                self.restarts += 1
+            self._worker.stop()
+            self._worker = None
+
+    def call(self, name: str, *args, **kwargs):
+        worker = self._ready_worker()
+        if name not in self.present:
+            raise SubmissionUnavailable(f"your file has no function named {name!r}")
+        with self.exchange.crossing(args, kwargs) as (wargs, wkwargs):
+            try:
+                reply, blobs = worker.request({"op": "call", "fn": name, "args": wargs,
+                                               "kwargs": wkwargs}, self.timeout)
+            except SandboxFailure as exc:
+                self._discard(f"{name}: {exc}")
+                raise
+        if reply.get("poisoned"):
+            self._discard(f"{name}: CUDA context poisoned")
+        if reply.get("ok") is True:
+            try:
+                return wire.decode(reply.get("value"), lambda d: tensor_from_wire(d, blobs, self.device))
+            except wire.WireError as exc:
+                self._discard(f"{name}: malformed result {exc}")
+                raise WorkerCrashed(f"returned something that is not a plain value or tensor ({exc})") from None
+        err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
+        raise SubmissionError(str(err.get("type", "Exception"))[:100], str(err.get("message", ""))[:2000])
+
+    def close(self) -> None:
+        self._discard(None)
+        self.exchange.release()
+        shutil.rmtree(self.scratch, ignore_errors=True)

@@ -1,0 +1,136 @@
+"""The sandboxed side: import one submission and run calls into it.
+
+Started by the trusted grader as `python -s worker.py --fd N --module PATH
+--device cpu|cuda`, already under its own uid and resource limits. It talks only
+through the socket on fd N (see wire.py); stdout and stderr go to a capped log.
+Everything here runs next to untrusted code, so nothing it says is believed by
+the grader beyond what the wire format lets through.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import socket
+import sys
+import traceback
+
+import wire
+
+torch = None  # imported after the socket is up, so an import crash is reported
+
+
+def error_of(exc: BaseException) -> dict:
+    return {"type": type(exc).__name__, "message": str(exc)[:4000],
+            "traceback": "".join(traceback.format_exception(exc))[-8000:]}
+
+
+class Mapper:
+    """Turns tensor descriptors from the grader into tensors over shared memory."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.files: dict[str, object] = {}
+
+    def tensor(self, d: dict):
+        dtype = getattr(torch, d["dtype"])
+        if d["kind"] == "file":
+            base = self.files.get(d["path"])
+            if base is None:
+                base = torch.from_file(d["path"], shared=True, size=d["nbytes"], dtype=torch.uint8)
+                self.files[d["path"]] = base
+            return torch.empty(0, dtype=dtype).set_(base.untyped_storage(), d["offset"],
+                                                    d["shape"], d["stride"])
+        if d["kind"] == "cuda":
+            from torch.multiprocessing.reductions import rebuild_cuda_tensor
+            return rebuild_cuda_tensor(
+                torch.Tensor, torch.Size(d["shape"]), tuple(d["stride"]), d["offset"],
+                torch.UntypedStorage, dtype, d["device"], wire.unb64(d["handle"]),
+                d["storage_nbytes"], d["storage_offset_bytes"], False,
+                wire.unb64(d["ref_counter_handle"]), d["ref_counter_offset"],
+                wire.unb64(d["event_handle"]) if d["event_handle"] is not None else None,
+                d["event_sync_required"])
+        raise wire.WireError(f"unknown tensor kind {d['kind']!r}")
+
+
+def result_tensor(blobs: list[bytes]):
+    def encode(t) -> dict:
+        t = t.detach()
+        flat = torch.Tensor.cpu(torch.Tensor.contiguous(t)).reshape(-1)
+        blobs.append(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+        return {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
+                "blob": len(blobs) - 1}
+    return encode
+
+
+def context_poisoned(device: str) -> bool:
+    """After a CUDA error every later call fails: such a worker must be replaced."""
+    if device != "cuda":
+        return False
+    try:
+        torch.cuda.synchronize()
+        return False
+    except Exception:
+        return True
+
+
+def serve(sock: socket.socket, module, device: str) -> None:
+    while True:
+        try:
+            msg, _ = wire.recv(sock)
+        except EOFError:
+            return
+        if msg.get("op") == "bye":
+            return
+        mapper = Mapper(device)
+        try:
+            fn = getattr(module, msg["fn"])
+            args = wire.decode(msg["args"], mapper.tensor)
+            kwargs = wire.decode(msg["kwargs"], mapper.tensor)
+            value = fn(*args, **dict(kwargs))
+            if device == "cuda":
+                torch.cuda.synchronize()
+            blobs: list[bytes] = []
+            encoded = wire.encode(value, result_tensor(blobs), torch.Tensor)
+            wire.send(sock, {"ok": True, "value": encoded}, blobs)
+        except BaseException as exc:  # SystemExit from student code included
+            poisoned = context_poisoned(device)
+            wire.send(sock, {"ok": False, "error": error_of(exc), "poisoned": poisoned})
+            if poisoned:
+                return
+        finally:
+            del mapper
+
+
+def main() -> None:
+    global torch
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fd", type=int, required=True)
+    ap.add_argument("--module", required=True)
+    ap.add_argument("--device", choices=["cpu", "cuda"], required=True)
+    ap.add_argument("--functions", default="")
+    opts = ap.parse_args()
+    sock = socket.socket(fileno=opts.fd)
+    try:
+        import torch as _torch
+        torch = _torch
+        if opts.device == "cuda":
+            torch.cuda.init()
+        name = os.path.splitext(os.path.basename(opts.module))[0]
+        spec = importlib.util.spec_from_file_location(name, opts.module)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    except BaseException as exc:
+        wire.send(sock, {"ok": False, "error": error_of(exc)})
+        return
+    wanted = [f for f in opts.functions.split(",") if f]
+    present = [f for f in wanted if callable(getattr(module, f, None))]
+    wire.send(sock, {"ok": True, "functions": present})
+    serve(sock, module, opts.device)
+
+
+if __name__ == "__main__":
+    main()
+    sys.stdout.flush()
+    os._exit(0)  # skip atexit hooks a submission may have planted

@@ -1,0 +1,69 @@
+"""From per-test outcomes to points: each area's points are shared by its tests,
+an area scores only when the areas it requires passed completely, and a test
+the run never reported scores nothing."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .assignment import Assignment
+
+OUTCOMES = ("passed", "failed", "error", "crashed", "timeout", "skipped")
+
+
+@dataclass
+class TestResult:
+    nodeid: str
+    area: str
+    contract: str
+    outcome: str
+    hint: str = ""
+    duration_s: float = 0.0
+    score: float = 0.0
+    max_score: float = 0.0
+    gated_by: list[str] = field(default_factory=list)
+
+
+@dataclass
+class AreaResult:
+    name: str
+    points: float
+    graded: bool             # False where the area does not apply on this device
+    passed: int = 0
+    total: int = 0
+    score: float = 0.0
+    gated_by: list[str] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def complete(self) -> bool:
+        return self.total > 0 and self.passed == self.total
+
+
+def score(assignment: Assignment, results: list[TestResult], device: str) -> dict[str, AreaResult]:
+    areas = {name: AreaResult(name, a.points, a.applies_on(device)) for name, a in assignment.areas.items()}
+    for r in results:
+        areas[r.area].total += 1
+        areas[r.area].passed += r.outcome == "passed"
+    for area in areas.values():
+        spec = assignment.areas[area.name]
+        if not area.graded:
+            area.note = f"not graded here: needs {spec.device}"
+            continue
+        if area.total == 0:
+            area.note = "no test of this area ran"
+            continue
+        area.gated_by = [req for req in spec.requires if areas[req].graded and not areas[req].complete]
+        if area.gated_by:
+            area.note = "no points until " + ", ".join(area.gated_by) + " passes completely"
+    for r in results:
+        area = areas[r.area]
+        r.max_score = area.points / area.total if area.graded else 0.0
+        r.gated_by = list(area.gated_by)
+        r.score = r.max_score if (r.outcome == "passed" and not area.gated_by) else 0.0
+        area.score += r.score
+    return areas
+
+
+def totals(areas: dict[str, AreaResult]) -> tuple[float, float]:
+    graded = [a for a in areas.values() if a.graded]
+    return sum(a.score for a in graded), sum(a.points for a in graded)
