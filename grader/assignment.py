@@ -36,6 +36,7 @@ class Assignment:
     public_tests: Path
     hidden_tests: Path
     call_timeout_s: float
+    time_budget_s: float
     areas: dict[str, Area] = field(default_factory=dict)
 
     @classmethod
@@ -58,7 +59,8 @@ class Assignment:
                 submission=meta["submission"], functions=tuple(meta["functions"]),
                 reference=REPO / meta["reference"], template=REPO / meta["template"],
                 public_tests=REPO / meta["public_tests"], hidden_tests=REPO / meta["hidden_tests"],
-                call_timeout_s=float(meta.get("call_timeout_s", 120)), areas=areas)
+                call_timeout_s=float(meta.get("call_timeout_s", 60)),
+                time_budget_s=float(meta.get("time_budget_s", 900)), areas=areas)
         except KeyError as exc:
             raise AssignmentError(f"{path}: missing key {exc}") from None
         for area in areas.values():

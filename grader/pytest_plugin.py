@@ -47,7 +47,8 @@ class Grading:
     def submission(self) -> Submission:
         if self._submission is None:
             self._submission = Submission(self.submission_path, list(self.assignment.functions),
-                                          self.device, self.confinement, self.assignment.call_timeout_s)
+                                          self.device, self.confinement, self.assignment.call_timeout_s,
+                                          self.assignment.time_budget_s)
         return self._submission
 
     def write(self, name: str, data) -> None:

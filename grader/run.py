@@ -10,6 +10,7 @@ import os
 import platform
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -70,6 +71,8 @@ def grade(assignment: Assignment, submission: Path, report_path: Path, device: s
           seed: int | None = None, drop_privileges: bool = True, quiet: bool = False) -> dict:
     t0 = time.monotonic()
     become_subreaper()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _raise_interrupted)
     device = resolve_device(device)
     seed = secrets.randbits(31) if seed is None else seed
     data = submission.read_bytes()
@@ -109,6 +112,14 @@ def _pytest_cmd(assignment: Assignment, submission: Path, device: str, seed: int
     return cmd
 
 
+class Interrupted(Exception):
+    """SIGINT or SIGTERM reached the grader: stop the suites, still write a report."""
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(signal.Signals(signum).name)
+
+
 def _pytest(cmd: list[str], quiet: bool) -> tuple[int, str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     env.pop("TRITON_INTERPRET", None)   # the trusted process runs no kernel
@@ -116,18 +127,22 @@ def _pytest(cmd: list[str], quiet: bool) -> tuple[int, str]:
                             text=True, start_new_session=True)
     tail: list[str] = []
     deadline = time.monotonic() + SUITE_TIMEOUT_S
-    for line in proc.stdout:
-        tail = (tail + [line])[-200:]
-        if not quiet:
-            sys.stdout.write(line)
-            sys.stdout.flush()
-        if time.monotonic() > deadline:
-            break
     try:
+        for line in proc.stdout:
+            tail = (tail + [line])[-200:]
+            if not quiet:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+            if time.monotonic() > deadline:
+                break
         code = proc.wait(timeout=max(1, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         code = -9
-    kill_tree(os.getpid())      # whatever outlived pytest (re-parented to us) goes now
+    except Interrupted as exc:
+        tail.append(f"interrupted by {exc}\n")
+        code = -2
+    finally:
+        kill_tree(os.getpid())      # pytest, its workers, and whatever they left re-parented to us
     return code, "".join(tail)
 
 
@@ -173,7 +188,9 @@ def _run_suites(assignment, submission, device, seed, drop_privileges, instructo
             continue
         duration = sum((got.get(w) or {}).get("duration", 0.0) for w in ("setup", "call", "teardown"))
         results.append(TestResult(c["nodeid"], c["area"], c["contract"], outcome, meta.get("hint", ""), duration))
-    if code not in (0, 1) and problem is None and not pytest_json:
+    if code == -2:
+        problem = "grading was interrupted; tests that had not reported score nothing"
+    elif code not in (0, 1) and problem is None and not pytest_json:
         problem = f"the test run ended abnormally (exit {code})"
     return results, sandbox, problem
 

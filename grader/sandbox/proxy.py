@@ -187,8 +187,9 @@ class Submission:
     """Callable stand-in for the submitted module, e.g. `sub.slot_mapping(...)`."""
 
     def __init__(self, module: Path, functions: list[str], device: torch.device,
-                 confinement: Confinement, timeout: float):
+                 confinement: Confinement, timeout: float, budget: float = float("inf")):
         self.functions = list(functions)
+        self.budget = budget                   # seconds of calls the whole run may spend
         self.device = device
         self.conf = confinement
         self.timeout = timeout
@@ -244,13 +245,23 @@ class Submission:
             self._worker = None
 
     def call(self, name: str, *args, **kwargs):
+        if self.budget <= 0:
+            raise WorkerTimeout("this submission has used up the grading run's time budget "
+                                "(earlier calls were too slow or hung)")
+        started = time.monotonic()
+        try:
+            return self._call(name, *args, **kwargs)
+        finally:
+            self.budget -= time.monotonic() - started
+
+    def _call(self, name: str, *args, **kwargs):
         worker = self._ready_worker()
         if name not in self.present:
             raise SubmissionUnavailable(f"your file has no function named {name!r}")
         with self.exchange.crossing(args, kwargs) as (wargs, wkwargs):
             try:
                 reply, blobs = worker.request({"op": "call", "fn": name, "args": wargs,
-                                               "kwargs": wkwargs}, self.timeout)
+                                               "kwargs": wkwargs}, min(self.timeout, max(1.0, self.budget)))
             except SandboxFailure as exc:
                 self._discard(f"{name}: {exc}")
                 raise
