@@ -1,0 +1,40 @@
+# Student template for L1, generated from the course solution by
+# tools/make_template.py. Replace each `# YOUR CODE HERE` /
+# `raise NotImplementedError()` with your code. Keep the names and signatures:
+# the tests and the grader import them. The line numbers in the docstring below
+# refer to the solution file the lesson reads, not to this template.
+"""L1 - paged KV-cache write, the step vLLM runs before every forward pass.
+
+k_cache and v_cache are contiguous [num_blocks, block_size, H, D]. Because they
+are contiguous, (physical block, offset in block) folds into a single "slot"
+index, and slot s owns the H*D values at flat offsets [s*H*D, (s+1)*H*D).
+Writing one token therefore needs nothing but its slot; slot -1 marks a padding
+token that must be skipped.
+
+  slot_mapping              block-table lookup, pure PyTorch     (lines 15-25)
+  reshape_and_cache_kernel  one Triton program per token         (lines 28-46)
+  reshape_and_cache         host-side checks, then the launch    (lines 49-62)
+"""
+import torch, triton, triton.language as tl
+
+def slot_mapping(block_table, seq_idx, positions, block_size):
+    """int64 slot of each new token: physical block * block_size + offset.
+
+    block_table[s, i] is the physical block that holds logical block i of
+    sequence s; positions are counted inside each token's own sequence.
+    Advanced indexing gathers all T entries at once: no Python loop."""
+    # YOUR CODE HERE
+    raise NotImplementedError()
+
+
+@triton.jit
+def reshape_and_cache_kernel(key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
+                             key_stride, value_stride, HD, BLOCK: tl.constexpr):
+    # YOUR CODE HERE
+    raise NotImplementedError()
+
+
+def reshape_and_cache(key, value, k_cache, v_cache, slot_mapping):
+    """Copy key/value [T, H, D] into k_cache/v_cache at the slots in slot_mapping [T]."""
+    # YOUR CODE HERE
+    raise NotImplementedError()

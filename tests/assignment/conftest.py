@@ -1,0 +1,41 @@
+"""Shared pieces for the tests of the assignment package (template, public suite, bundle)."""
+import importlib.util
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ASSIGNMENT_DIR = REPO / "assignment" / "l1_paged_kv_write"
+
+
+@pytest.fixture(scope="session")
+def load_tool():
+    """tools/ is a folder of scripts, not a package: load one by path."""
+    def load(name):
+        spec = importlib.util.spec_from_file_location(f"tool_{name}", REPO / "tools" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    return load
+
+
+@pytest.fixture(scope="session")
+def assignment():
+    with open(ASSIGNMENT_DIR / "assignment.toml", "rb") as f:
+        return tomllib.load(f)
+
+
+@pytest.fixture(scope="session")
+def run_pytest():
+    """Run pytest in a child process, as a student would, and return the CompletedProcess."""
+    env = {k: v for k, v in os.environ.items() if k != "L1_SUBMISSION"}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # leave no __pycache__ beside the public tests
+
+    def run(*args, cwd=REPO):
+        return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+                              cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return run

@@ -1,0 +1,88 @@
+"""The student bundle holds what students need and none of the solution."""
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+REFERENCE = REPO / "reference" / "l1_paged_kv_write.py"
+PRIVATE = [REPO / "reference", REPO / "tests" / "hidden", REPO / "tests" / "corpus", REPO / "grader"]
+EXPECTED = {"l1_paged_kv_write.py", "statement.en.md", "statement.zh.md", "Makefile", "README.md",
+            "tests/conftest.py", "tests/test_l1_paged_kv_write.py"}
+
+
+@pytest.fixture(scope="module")
+def bundle(load_tool, tmp_path_factory):
+    out = tmp_path_factory.mktemp("release")
+    return load_tool("make_release").build(REPO / "assignment" / "l1_paged_kv_write", out)
+
+
+def bundle_files(bundle):
+    return {p.relative_to(bundle).as_posix(): p for p in bundle.rglob("*") if p.is_file()}
+
+
+def solution_lines():
+    """Code lines between the reference's solution markers, comments dropped."""
+    lines, inside = [], False
+    for raw in REFERENCE.read_text(encoding="utf-8").splitlines():
+        if raw.strip() in ("### BEGIN SOLUTION", "### END SOLUTION"):
+            inside = raw.strip() == "### BEGIN SOLUTION"
+            continue
+        code = raw.split("#")[0].strip()
+        if inside and len(code) >= 12:  # shorter lines (`return`, `HD = H * D`) are not telling
+            lines.append(code)
+    return lines
+
+
+def test_bundle_has_exactly_the_expected_files(bundle):
+    assert set(bundle_files(bundle)) == EXPECTED
+    assert bundle.name == "l1_paged_kv_write"
+
+
+def test_bundle_carries_the_committed_template(bundle):
+    template = REPO / "student_template" / "l1_paged_kv_write.py"
+    assert (bundle / "l1_paged_kv_write.py").read_bytes() == template.read_bytes()
+
+
+def test_no_solution_code_in_the_bundle(bundle):
+    forbidden = ["### BEGIN SOLUTION", "### END SOLUTION",
+                 "tl.where(slot >= 0, HD, 0)", "block_table[seq_idx, logical_block]"]
+    forbidden += solution_lines()
+    assert len(forbidden) > 10, "the reference's solution regions were not found"
+    for name, path in bundle_files(bundle).items():
+        text = path.read_text(encoding="utf-8")
+        leaked = [line for line in forbidden if line in text]
+        assert not leaked, f"{name} contains solution code: {leaked}"
+
+
+def test_no_private_file_in_the_bundle(bundle):
+    private = {p.read_bytes() for root in PRIVATE if root.exists()
+               for p in root.rglob("*") if p.is_file()}
+    for name, path in bundle_files(bundle).items():
+        assert path.read_bytes() not in private, f"{name} is a copy of a private file"
+        assert not {"reference", "hidden", "corpus", "grader"} & set(Path(name).parts)
+
+
+def test_rebuild_starts_from_scratch(load_tool, tmp_path):
+    stale = tmp_path / "l1_paged_kv_write" / "solution_notes.txt"
+    stale.parent.mkdir()
+    stale.write_text("left over", encoding="utf-8")
+    bundle = load_tool("make_release").build(REPO / "assignment" / "l1_paged_kv_write", tmp_path)
+    assert set(bundle_files(bundle)) == EXPECTED
+
+
+def test_makefile_runs_the_tests_with_a_chosen_python(bundle):
+    makefile = (bundle / "Makefile").read_text(encoding="utf-8")
+    assert "PYTHON ?= python3" in makefile
+    assert "\t$(PYTHON) -m pytest tests -q" in makefile
+
+
+def test_bundle_tests_find_the_file_beside_them(bundle, run_pytest, tmp_path):
+    # A solved copy of the bundle, tested from another directory with no
+    # --submission: the tests must pick up the l1_paged_kv_write.py next to them.
+    solved = tmp_path / "solved"
+    shutil.copytree(bundle, solved)
+    shutil.copyfile(REFERENCE, solved / "l1_paged_kv_write.py")
+    proc = run_pytest(str(solved / "tests"), "-q", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert " passed" in proc.stdout and "failed" not in proc.stdout

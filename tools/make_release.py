@@ -1,0 +1,93 @@
+"""Assemble the student bundle for one assignment.
+
+    python tools/make_release.py --assignment assignment/l1_paged_kv_write --out build/release
+
+writes OUT/<assignment id>/ afresh: the template under the name students
+submit, both statements, the public tests as tests/, a Makefile and a README.
+Only files named here are copied, so nothing of the reference, the hidden
+tests, the corpus or the grader can leak in.
+"""
+import argparse
+import shutil
+import sys
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+STATEMENTS = ("statement.en.md", "statement.zh.md")
+SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+
+MAKEFILE = """\
+PYTHON ?= python3
+
+.PHONY: test
+test:
+\t$(PYTHON) -m pytest tests -q
+"""
+
+README = """\
+# {title}
+
+Write your solution in `{submission}`; `statement.en.md` (English) and
+`statement.zh.md` (中文) say what each function must do.
+
+Install the tools once: `pip install torch triton pytest` (Triton ships for
+Linux; on a machine without a GPU the CPU build of torch is enough:
+`pip install torch --index-url https://download.pytorch.org/whl/cpu`).
+Then run the public tests with `make test` (or `python -m pytest tests -q`).
+
+With an NVIDIA GPU the kernel runs on it. Without one the tests set
+`TRITON_INTERPRET=1` themselves, and Triton runs the kernel on the CPU.
+To test another file: `python -m pytest tests -q --submission other.py`.
+"""
+
+
+def public_test_files(folder: Path) -> list[Path]:
+    # Only sources: a local run may have left caches or bytecode beside them.
+    return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def build(assignment_dir: Path, out: Path) -> Path:
+    with open(assignment_dir / "assignment.toml", "rb") as f:
+        meta = tomllib.load(f)["assignment"]
+    bundle = out / meta["id"]
+    if bundle.exists():
+        shutil.rmtree(bundle)
+    (bundle / "tests").mkdir(parents=True)
+
+    shutil.copyfile(REPO / meta["template"], bundle / meta["submission"])
+    for name in STATEMENTS:
+        shutil.copyfile(assignment_dir / name, bundle / name)
+    tests = REPO / meta["public_tests"]
+    for src in public_test_files(tests):
+        dst = bundle / "tests" / src.relative_to(tests)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+    (bundle / "Makefile").write_text(MAKEFILE, encoding="utf-8")
+    (bundle / "README.md").write_text(
+        README.format(title=meta["title"], submission=meta["submission"]), encoding="utf-8")
+
+    # The template is generated from the reference; if generation ever went
+    # wrong, better no bundle than a bundle with the solution in it.
+    for path in bundle.rglob("*"):
+        if path.is_file() and any(m in path.read_text(encoding="utf-8") for m in SOLUTION_MARKERS):
+            shutil.rmtree(bundle)
+            raise SystemExit(f"make_release: {path.relative_to(out)} carries a solution marker; "
+                             f"regenerate the template (make template)")
+    return bundle
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--assignment", required=True, type=Path,
+                        help="folder holding assignment.toml, relative to the repository root")
+    parser.add_argument("--out", required=True, type=Path,
+                        help="where the bundle folder goes, relative to the repository root")
+    args = parser.parse_args(argv)
+    bundle = build(REPO / args.assignment, REPO / args.out)
+    print(f"wrote {bundle.relative_to(REPO) if bundle.is_relative_to(REPO) else bundle}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

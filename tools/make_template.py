@@ -1,0 +1,78 @@
+"""Generate the student template from the reference solution with nbgrader.
+
+    python tools/make_template.py --assignment assignment/l1_paged_kv_write
+    python tools/make_template.py --assignment assignment/l1_paged_kv_write --check
+
+The reference marks each solution body with `### BEGIN SOLUTION` /
+`### END SOLUTION`. nbgrader only clears solutions inside notebooks (it copies
+.py files untouched), so the file travels through a one-cell notebook.
+"""
+import argparse
+import sys
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+# The reference's module docstring cites its own line numbers; once the bodies
+# are cleared those numbers no longer match this file, so the header says so.
+HEADER = """\
+# Student template for L1, generated from the course solution by
+# tools/make_template.py. Replace each `# YOUR CODE HERE` /
+# `raise NotImplementedError()` with your code. Keep the names and signatures:
+# the tests and the grader import them. The line numbers in the docstring below
+# refer to the solution file the lesson reads, not to this template.
+"""
+
+
+def clear_solutions(source: str) -> str:
+    import nbformat
+    from nbgrader.preprocessors import ClearSolutions
+
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+    notebook, _ = ClearSolutions(enforce_metadata=False).preprocess(notebook, {})
+    cleared = notebook.cells[0].source
+    if "### BEGIN SOLUTION" in cleared or "### END SOLUTION" in cleared:
+        raise SystemExit("make_template: a solution marker survived; are the markers balanced?")
+    return cleared
+
+
+def render(reference_text: str) -> str:
+    return HEADER + clear_solutions(reference_text).rstrip("\n") + "\n"
+
+
+def paths(assignment_dir: Path) -> tuple[Path, Path]:
+    with open(assignment_dir / "assignment.toml", "rb") as f:
+        meta = tomllib.load(f)["assignment"]
+    return REPO / meta["reference"], REPO / meta["template"]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--assignment", required=True, type=Path,
+                        help="folder holding assignment.toml, relative to the repository root")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 if the committed template is out of date")
+    args = parser.parse_args(argv)
+
+    reference, template = paths(REPO / args.assignment)
+    expected = render(reference.read_text(encoding="utf-8"))
+    shown = template.relative_to(REPO)
+
+    if args.check:
+        current = template.read_bytes() if template.exists() else None
+        if current != expected.encode("utf-8"):
+            state = "is missing" if current is None else "differs from what the reference generates"
+            print(f"{shown} {state}; run `make template` and commit the result", file=sys.stderr)
+            return 1
+        print(f"{shown} is up to date")
+        return 0
+
+    template.parent.mkdir(parents=True, exist_ok=True)
+    template.write_bytes(expected.encode("utf-8"))
+    print(f"wrote {shown}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
