@@ -32,11 +32,10 @@ class Assignment:
     submission: str
     functions: tuple[str, ...]
     reference: Path
-    template: Path
-    public_tests: Path
     hidden_tests: Path
     call_timeout_s: float
     time_budget_s: float
+    worker_memory_bytes: int | None = None   # None: the confinement's default
     areas: dict[str, Area] = field(default_factory=dict)
 
     @classmethod
@@ -57,10 +56,11 @@ class Assignment:
             assignment = cls(
                 id=meta["id"], title=meta.get("title", meta["id"]), folder=path.parent,
                 submission=meta["submission"], functions=tuple(meta["functions"]),
-                reference=REPO / meta["reference"], template=REPO / meta["template"],
-                public_tests=REPO / meta["public_tests"], hidden_tests=REPO / meta["hidden_tests"],
+                reference=REPO / meta["reference"], hidden_tests=REPO / meta["hidden_tests"],
                 call_timeout_s=float(meta.get("call_timeout_s", 60)),
-                time_budget_s=float(meta.get("time_budget_s", 900)), areas=areas)
+                time_budget_s=float(meta.get("time_budget_s", 900)),
+                worker_memory_bytes=int(meta["worker_memory_mb"]) << 20 if "worker_memory_mb" in meta else None,
+                areas=areas)
         except KeyError as exc:
             raise AssignmentError(f"{path}: missing key {exc}") from None
         for area in areas.values():

@@ -41,8 +41,9 @@ class Grading:
         protect = [self.assignment.reference.parent, self.assignment.hidden_tests]
         self.confinement = Confinement.prepare(self.device.type, protect,
                                                want_uid=not opt("--grader-no-uid"))
+        if self.assignment.worker_memory_bytes:
+            self.confinement.memory_limit = self.assignment.worker_memory_bytes
         self._submission: Submission | None = None
-        self.write("sandbox.json", self.confinement.describe())
 
     def submission(self) -> Submission:
         if self._submission is None:
@@ -74,7 +75,9 @@ _KEY = pytest.StashKey[Grading]()
 def pytest_configure(config):
     config.addinivalue_line("markers", "area(name): the rubric area this test grades")
     if config.getoption("--grader-submission"):
-        config.stash[_KEY] = Grading(config)
+        grading = Grading(config)
+        config.stash[_KEY] = grading
+        grading.write("sandbox.json", grading.confinement.describe())
 
 
 def pytest_unconfigure(config):

@@ -152,7 +152,7 @@ def _collect_only(assignment: Assignment, problem: str) -> list[TestResult]:
     try:
         cmd = _pytest_cmd(assignment, assignment.reference, "cpu", 0, state, False, collect_only=True)
         _pytest(cmd, quiet=True)
-        collected = _read_json(state / "collected.json") or []
+        collected = _read_json(state / "collected.json", list) or []
     finally:
         shutil.rmtree(state, ignore_errors=True)
     return [TestResult(c["nodeid"], c["area"], c["contract"], "failed", problem) for c in collected]
@@ -163,31 +163,35 @@ def _run_suites(assignment, submission, device, seed, drop_privileges, instructo
     try:
         cmd = _pytest_cmd(assignment, submission.resolve(), device, seed, state, drop_privileges, False)
         code, tail = _pytest(cmd, quiet)
-        collected = _read_json(state / "collected.json")
-        pytest_json = _read_json(state / "pytest.json") or {}
-        sandbox = _read_json(state / "sandbox.json") or {}
-        worker = _read_json(state / "worker.json") or {}
+        collected = _read_json(state / "collected.json", list)
+        pytest_json = _read_json(state / "pytest.json", dict) or {}
+        sandbox = _read_json(state / "sandbox.json", dict) or {}
+        worker = _read_json(state / "worker.json", dict) or {}
     finally:
         shutil.rmtree(state, ignore_errors=True)
     instructor.update(pytest_exit=code, worker=worker)
     if collected is None:
         instructor["pytest_tail"] = tail[-6000:]
         return [], sandbox, "the grader could not collect its hidden tests (see extra_data.instructor)"
-    reported = {t["nodeid"]: t for t in pytest_json.get("tests", [])}
+    if not all(isinstance(c, dict) and {"nodeid", "area", "contract"} <= set(c)
+               and c["area"] in assignment.areas for c in collected):
+        return [], sandbox, "the grader's record of its tests is damaged; no points can be given"
+    reported = {t.get("nodeid"): t for t in pytest_json.get("tests", []) if isinstance(t, dict)}
     results, problem = [], None
     if worker.get("import_error"):
         problem = worker["import_error"]
     for c in collected:
         got = reported.get(c["nodeid"])
-        meta = (got or {}).get("metadata", {})
+        meta = (got or {}).get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
         outcome = meta.get("outcome")
         if got is None or outcome not in OUTCOMES:
             results.append(TestResult(c["nodeid"], c["area"], c["contract"], "error",
                                       "the grading run ended before this test reported"))
             problem = problem or "the grading run ended early; unreported tests score nothing"
             continue
-        duration = sum((got.get(w) or {}).get("duration", 0.0) for w in ("setup", "call", "teardown"))
-        results.append(TestResult(c["nodeid"], c["area"], c["contract"], outcome, meta.get("hint", ""), duration))
+        duration = sum(float((got.get(w) or {}).get("duration", 0.0)) for w in ("setup", "call", "teardown"))
+        results.append(TestResult(c["nodeid"], c["area"], c["contract"], outcome, str(meta.get("hint", "")), duration))
     if code == -2:
         problem = "grading was interrupted; tests that had not reported score nothing"
     elif code not in (0, 1) and problem is None and not pytest_json:
@@ -195,8 +199,10 @@ def _run_suites(assignment, submission, device, seed, drop_privileges, instructo
     return results, sandbox, problem
 
 
-def _read_json(path: Path):
+def _read_json(path: Path, kind: type):
+    """The parsed file if it holds a `kind`, else None (missing, truncated or tampered with)."""
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    return data if isinstance(data, kind) else None

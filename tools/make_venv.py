@@ -10,6 +10,7 @@ Elsewhere it installs the pinned CPU stack from requirements/constraints.txt.
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import venv
@@ -18,13 +19,16 @@ from pathlib import Path
 REQ = Path(__file__).resolve().parent.parent / "requirements"
 
 
-def has_working_stack(python: str) -> bool:
-    probe = "import torch, triton, triton.language; print(torch.__version__, triton.__version__)"
+def working_stack(python: str) -> list[str] | None:
+    """site-packages folders of an interpreter that imports torch and triton, else None."""
+    probe = ("import json, site, torch, triton, triton.language; "
+             "print(torch.__version__, triton.__version__); print(json.dumps(site.getsitepackages()))")
     result = subprocess.run([python, "-c", probe], capture_output=True, text=True)
-    if result.returncode == 0:
-        print(f"make_venv: reusing torch/triton {result.stdout.strip()} from {python}")
-        return True
-    return False
+    if result.returncode != 0:
+        return None
+    versions, paths = result.stdout.strip().splitlines()[-2:]
+    print(f"make_venv: reusing torch/triton {versions} from {python}")
+    return json.loads(paths)
 
 
 def pip_install(python: Path, *args: str) -> None:
@@ -42,9 +46,14 @@ def main() -> int:
     target = Path(args.venv)
     python = target / "bin" / "python"
     if not python.exists():
-        reuse = has_working_stack(sys.executable)
-        venv.EnvBuilder(with_pip=True, system_site_packages=reuse).create(target)
-        (target / "stack").write_text("system\n" if reuse else "pinned\n")
+        stack = working_stack(sys.executable)
+        venv.EnvBuilder(with_pip=True, system_site_packages=stack is not None).create(target)
+        if stack is not None:
+            # The interpreter may itself be a venv, whose packages --system-site-packages
+            # would not reach: point at its site-packages explicitly.
+            site_dir = next((target / "lib").glob("python3*/site-packages"))
+            (site_dir / "_reused_stack.pth").write_text("\n".join(stack) + "\n")
+        (target / "stack").write_text("pinned\n" if stack is None else "system\n")
     pinned = (target / "stack").read_text().strip() == "pinned"
     constraints = ["-c", str(REQ / "constraints.txt")] if pinned else []
     sets = (["gpu-stack"] if pinned else []) + ["runtime"] + args.extras

@@ -13,6 +13,7 @@ report says which were in force:
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import pwd
 import random
@@ -149,7 +150,7 @@ class Confinement:
                         path.chmod(mode & 0o700)
                         conf.protected.append(str(path))
             else:
-                conf.reason = f"uid {uid} cannot run the Python environment ({why}); workers run as root"
+                conf.reason = f"a worker under uid {uid} cannot work here: {why}. Workers run as root"
         return conf
 
     def preexec(self) -> None:
@@ -189,13 +190,48 @@ def _free_uid() -> int:
     return random.choice(free)
 
 
+_IPC_PROBE = """
+import json, sys, torch
+from torch.multiprocessing.reductions import rebuild_cuda_tensor
+d = json.loads(sys.stdin.read()); b = lambda s: bytes.fromhex(s) if s is not None else None
+t = rebuild_cuda_tensor(torch.Tensor, torch.Size(d["shape"]), tuple(d["stride"]), d["offset"],
+    torch.UntypedStorage, torch.float32, d["device"], b(d["handle"]), d["storage_nbytes"],
+    d["storage_offset_bytes"], False, b(d["ref_counter_handle"]), d["ref_counter_offset"],
+    b(d["event_handle"]), d["event_sync_required"])
+assert t.sum().item() == 6.0, "wrong data through CUDA IPC"
+"""
+
+
+def _cuda_ipc_descriptor():
+    """A tensor shared by CUDA IPC, as the probe reads it (hex, not base64: no import needed)."""
+    import torch
+    from torch.multiprocessing.reductions import reduce_tensor
+    t = torch.tensor([1.0, 2.0, 3.0], device="cuda")
+    _, a = reduce_tensor(t)
+    h = lambda x: x.hex() if x is not None else None
+    return t, json.dumps({"shape": list(a[1]), "stride": list(a[2]), "offset": a[3], "device": a[6],
+                          "handle": h(a[7]), "storage_nbytes": a[8], "storage_offset_bytes": a[9],
+                          "ref_counter_handle": h(a[11]), "ref_counter_offset": a[12],
+                          "event_handle": h(a[13]), "event_sync_required": a[14]})
+
+
 def _uid_can_run(uid: int, python: str, device: str) -> tuple[bool, str]:
-    probe = "import torch, triton" + (", torch.cuda; torch.cuda.init()" if device == "cuda" else "")
+    """Can uid import torch and triton here, and on the GPU, map our memory by CUDA IPC?"""
+    probe, stdin, keep = "import torch, triton", None, None
+    if device == "cuda":
+        keep, stdin = _cuda_ipc_descriptor()
+        probe = "import triton, torch; print('imported', flush=True)\n" + _IPC_PROBE
     try:
         r = subprocess.run([python, "-s", "-c", probe], user=uid, group=uid, extra_groups=[],
-                           capture_output=True, text=True, timeout=120, cwd="/",
+                           capture_output=True, text=True, timeout=120, cwd="/", input=stdin,
                            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/"})
     except (OSError, subprocess.SubprocessError) as exc:
         return False, str(exc)
-    last = (r.stderr.strip().splitlines() or [""])[-1]
-    return r.returncode == 0, last[:200]
+    del keep
+    if r.returncode == 0:
+        return True, ""
+    if device == "cuda" and "imported" in r.stdout:
+        return False, ("CUDA IPC does not map the grader's GPU memory into a process of another "
+                       "user; the driver refuses it")
+    errors = [l for l in r.stderr.splitlines() if "Error" in l] or r.stderr.strip().splitlines() or [""]
+    return False, errors[-1][:300]

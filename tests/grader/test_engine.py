@@ -1,0 +1,121 @@
+"""The engine, end to end, on a toy assignment: scores, crash isolation, hostile submissions."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO, by_outcome, sandbox_processes, validate_report
+
+
+def test_correct_submission_gets_full_marks(toy_report):
+    report = toy_report("good")
+    validate_report(report)
+    assert report["score"] == report["max_score"] == 90.0      # gpu_only is left out on the CPU
+    assert by_outcome(report).keys() == {"passed", "skipped"}
+    assert report["extra_data"]["environment"]["triton_interpreter"] is True
+
+
+def test_segfault_costs_only_its_own_test(toy_report):
+    report = toy_report("segfault_on_seven")
+    validate_report(report)
+    outcomes = by_outcome(report)
+    assert len(outcomes["crashed"]) == 1
+    crashed = next(t for t in report["tests"] if t["extra_data"]["outcome"] == "crashed")
+    assert "SIGSEGV" in crashed["output"]
+    assert report["extra_data"]["areas"]["echo"]["passed"] == report["extra_data"]["areas"]["echo"]["total"]
+    assert report["extra_data"]["instructor"]["worker"]["restarts"] == 1
+
+
+def test_hang_that_ignores_signals_costs_only_its_own_test(toy_report):
+    report = toy_report("hangs_on_thirteen")
+    validate_report(report)
+    outcomes = by_outcome(report)
+    assert len(outcomes["timeout"]) == 1
+    assert len(outcomes["passed"]) == len(report["tests"]) - 2     # minus the timeout and the skip
+    assert sandbox_processes(report["extra_data"]["sandbox"]["uid"]) == []
+
+
+def test_exit_at_import_scores_zero(toy_report):
+    report = toy_report("exits_at_import")
+    validate_report(report)
+    assert report["score"] == 0
+    assert all(t["extra_data"]["outcome"] in ("crashed", "skipped") for t in report["tests"])
+
+
+def test_import_error_is_the_reason_and_never_passes_a_raises_test(toy_report):
+    report = toy_report("raises_at_import")
+    validate_report(report)
+    assert report["score"] == 0
+    assert "failed to import" in report["extra_data"]["problem"]
+    assert "AssertionError" in report["extra_data"]["problem"]
+
+
+def test_syntax_error_is_reported_without_running_anything(toy_report):
+    report = toy_report("syntax_error")
+    validate_report(report)
+    assert report["score"] == 0
+    assert "does not parse" in report["extra_data"]["problem"]
+    assert len(report["tests"]) == 11        # every test listed, each failed with the reason
+
+
+def test_missing_function_fails_its_tests_and_gates_nothing_else(toy_report):
+    report = toy_report("no_echo")
+    areas = report["extra_data"]["areas"]
+    assert areas["add"]["score"] == 60 and areas["echo"]["score"] == 0
+    echo_outputs = {t["output"] for t in report["tests"] if t["tags"] == ["echo"]}
+    assert echo_outputs == {"your file has no function named 'echo'"}
+
+
+def test_hostile_results_are_refused_or_neutralised(toy_report, tmp_path):
+    report = toy_report("hostile_results")
+    validate_report(report)
+    assert report["extra_data"]["areas"]["echo"]["score"] == 0
+    assert not Path("/tmp/toy-pwned").exists(), "a pickle payload ran"
+    tensor_test = next(t for t in report["tests"] if "plain tensors" in t["name"])
+    assert tensor_test["extra_data"]["outcome"] == "failed"     # the subclass came back as plain zeros
+
+
+def test_daemon_is_killed_and_memory_hog_stopped(toy_report):
+    report = toy_report("daemon_and_memory")
+    validate_report(report)
+    outputs = " ".join(t["output"] for t in report["tests"])
+    assert "memory" in outputs and "limit" in outputs
+    assert report["extra_data"]["areas"]["add"]["score"] == 60
+    assert sandbox_processes(report["extra_data"]["sandbox"]["uid"]) == []
+
+
+def test_gating_area_scores_nothing_when_required_area_fails(toy_report):
+    report = toy_report("segfault_on_seven")
+    echo = report["extra_data"]["areas"]["echo"]
+    assert echo["gated_by"] == ["add"] and echo["score"] == 0
+    assert all(t["output"].startswith("No points for this area until add") for t in report["tests"]
+               if t["tags"] == ["echo"])
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "grader", *args], cwd=REPO, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+
+
+def test_cli_missing_submission_is_one_clear_line(tmp_path):
+    r = _cli("grade", "--submission", str(tmp_path / "nope.py"), "--report", str(tmp_path / "r.json"))
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "no submission file" in r.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_cli_unknown_assignment_is_one_clear_line(tmp_path):
+    r = _cli("grade", "--assignment", str(tmp_path), "--report", str(tmp_path / "r.json"))
+    assert r.returncode == 2 and "no assignment file" in r.stderr
+
+
+def test_binary_submission_yields_a_zero_report(tmp_path):
+    blob = tmp_path / "toy.py"
+    blob.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)))
+    r = _cli("grade", "--assignment", "tests/grader/toy", "--submission", str(blob),
+             "--report", str(tmp_path / "r.json"), "--device", "cpu", "--quiet")
+    assert r.returncode == 0, r.stderr
+    import json
+    report = json.loads((tmp_path / "r.json").read_text())
+    validate_report(report)
+    assert report["score"] == 0 and "not a Python source file" in report["extra_data"]["problem"]

@@ -1,0 +1,59 @@
+"""Small pieces of the engine: the wire's strictness and the scoring rules."""
+import socket
+
+import pytest
+import torch
+
+from grader.assignment import REPO, Assignment
+from grader.sandbox import wire
+from grader.sandbox.exchange import tensor_from_wire
+from grader.scoring import TestResult, score, totals
+
+TOY = Assignment.load(REPO / "tests/grader/toy")
+
+
+@pytest.mark.parametrize("bad", [
+    {"tensor": {"dtype": "object", "shape": [1], "blob": 0}},
+    {"tensor": {"dtype": "float32", "shape": [2], "blob": 0}},          # 4 bytes for 2 floats
+    {"tensor": {"dtype": "float32", "shape": [-1], "blob": 0}},
+    {"tensor": {"dtype": "float32", "shape": [1], "blob": 5}},
+    {"seq": "set", "items": []},
+    {"__reduce__": "os.system"},
+])
+def test_results_that_are_not_plain_values_are_refused(bad):
+    with pytest.raises(wire.WireError):
+        wire.decode(bad, lambda d: tensor_from_wire(d, [b"\0\0\0\0"], torch.device("cpu")))
+
+
+def test_result_tensor_is_rebuilt_plain():
+    data = torch.tensor([1.5, -2.0], dtype=torch.bfloat16)
+    blob = data.view(torch.uint8).numpy().tobytes()
+    t = wire.decode({"tensor": {"dtype": "bfloat16", "shape": [2], "blob": 0}},
+                    lambda d: tensor_from_wire(d, [blob], torch.device("cpu")))
+    assert type(t) is torch.Tensor and torch.equal(t, data)
+
+
+def test_oversized_header_is_refused():
+    a, b = socket.socketpair()
+    a.sendall((wire.MAX_HEADER + 1).to_bytes(8, "big"))
+    with pytest.raises(wire.WireError):
+        wire.recv(b)
+
+
+def _results(outcomes: dict[str, list[str]]) -> list[TestResult]:
+    return [TestResult(f"{area}-{i}", area, "c", o) for area, os_ in outcomes.items() for i, o in enumerate(os_)]
+
+
+def test_points_are_shared_within_an_area():
+    results = _results({"add": ["passed", "failed", "passed"], "echo": ["passed"], "gpu_only": ["skipped"]})
+    areas = score(TOY, results, "cpu")
+    assert areas["add"].score == pytest.approx(40.0)
+    assert areas["echo"].score == 0 and areas["echo"].gated_by == ["add"]
+    assert totals(areas) == (pytest.approx(40.0), 90.0)
+
+
+def test_gpu_area_counts_on_gpu_and_missing_tests_score_nothing():
+    areas = score(TOY, _results({"add": ["passed"], "echo": ["passed"]}), "cuda")
+    assert areas["gpu_only"].graded and areas["gpu_only"].score == 0
+    assert areas["gpu_only"].note == "no test of this area ran"
+    assert totals(areas) == (90.0, 100.0)

@@ -1,0 +1,2 @@
+def add_into(x, y)
+    x.add_(y)
