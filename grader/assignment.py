@@ -19,6 +19,23 @@ class Area:
     summary: str = ""
     requires: tuple[str, ...] = ()
     device: str | None = None           # "cuda": graded only where a GPU is present
+    curve: tuple[tuple[float, float], ...] = ()   # measure -> fraction of a test's points
+
+    def credit(self, measure: float | None) -> float:
+        """Fraction of a passed test's points: 1 without a curve, else the curve at `measure`
+        (piecewise linear, flat beyond its ends); no measure, no credit."""
+        if not self.curve:
+            return 1.0
+        if measure is None:
+            return 0.0
+        (x0, y0), *rest = self.curve
+        if measure <= x0:
+            return y0
+        for x1, y1 in rest:
+            if measure <= x1:
+                return y0 + (y1 - y0) * (measure - x0) / (x1 - x0)
+            x0, y0 = x1, y1
+        return y0
 
     def applies_on(self, device: str) -> bool:
         return self.device is None or self.device == device
@@ -51,7 +68,8 @@ class Assignment:
         meta = data.get("assignment", {})
         try:
             areas = {name: Area(name=name, points=float(spec["points"]), summary=spec.get("summary", ""),
-                                requires=tuple(spec.get("requires", ())), device=spec.get("device"))
+                                requires=tuple(spec.get("requires", ())), device=spec.get("device"),
+                                curve=tuple((float(x), float(y)) for x, y in spec.get("curve", ())))
                      for name, spec in data.get("rubric", {}).items()}
             assignment = cls(
                 id=meta["id"], title=meta.get("title", meta["id"]), folder=path.parent,

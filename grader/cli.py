@@ -1,4 +1,5 @@
-"""Command line: `python -m grader grade --submission FILE --report OUT [--device auto|cpu|cuda]`."""
+"""Command line: `python -m grader grade --submission FILE --report OUT [--device auto|cpu|cuda]`,
+and `python -m grader validate --out FILE` (the kill matrix over the corpus)."""
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,24 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--seed", type=int, help="input seed (default: drawn afresh)")
     g.add_argument("--no-privilege-drop", action="store_true", help="run workers as the grader's user")
     g.add_argument("--quiet", action="store_true", help="no per-test progress")
+    v = sub.add_parser("validate", help="grade the reference and the wrong/adversarial corpus, "
+                                        "print the kill matrix")
+    v.add_argument("--assignment", default="assignment/l1_paged_kv_write", help="assignment folder")
+    v.add_argument("--out", default="build/validate.json", help="where to write the matrix as JSON")
+    v.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    pick = v.add_mutually_exclusive_group()
+    pick.add_argument("--only", nargs="+", metavar="NAME", help="only these entries (name or kind/name)")
+    pick.add_argument("--fast", action="store_true", help="a small subset, for `make test`")
+    v.add_argument("--no-privilege-drop", action="store_true", help="run workers as the grader's user")
+    from . import batch, summary
+    batch.add_parser(sub)       # grade-all
+    summary.add_parser(sub)     # summary
     args = ap.parse_args(argv)
+    if args.command in ("grade-all", "summary"):
+        return args.run(args)
+    if args.command == "validate":
+        from .validate import main as validate
+        return validate(args)
 
     try:
         assignment = Assignment.load(args.assignment)

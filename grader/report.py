@@ -36,8 +36,10 @@ def build(assignment: Assignment, areas: dict[str, AreaResult], results: list[Te
             "visibility": "visible",
             "extra_data": {"outcome": r.outcome, "duration_s": round(r.duration_s, 3)},
         }
+        if r.measure is not None:
+            entry["extra_data"]["measure"] = round(r.measure, 4)
         if r.outcome != "skipped":
-            entry["status"] = "passed" if r.score == r.max_score and r.outcome == "passed" else "failed"
+            entry["status"] = "passed" if r.outcome == "passed" and r.score > 0 or r.max_score == 0 else "failed"
         tests.append(entry)
         instructor.setdefault("tests", {})[number] = r.nodeid
     outcomes = {o: sum(r.outcome == o for r in results) for o in ("passed", "failed", "error", "crashed", "timeout", "skipped")}
@@ -71,6 +73,8 @@ def _student_output(r: TestResult) -> str:
     if r.outcome == "skipped":
         return f"skipped: {r.hint}" if r.hint else "skipped"
     parts = []
+    if r.measure is not None and r.outcome == "passed":
+        parts.append(f"Measured {r.measure:.2f}; {r.score:.2f} of {r.max_score:.2f} points.")
     if r.gated_by:
         parts.append(f"No points for this area until {', '.join(r.gated_by)} passes completely.")
     if r.outcome != "passed":

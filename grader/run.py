@@ -191,7 +191,10 @@ def _run_suites(assignment, submission, device, seed, drop_privileges, instructo
             problem = problem or "the grading run ended early; unreported tests score nothing"
             continue
         duration = sum(float((got.get(w) or {}).get("duration", 0.0)) for w in ("setup", "call", "teardown"))
-        results.append(TestResult(c["nodeid"], c["area"], c["contract"], outcome, str(meta.get("hint", "")), duration))
+        measure = meta.get("measure")
+        measure = float(measure) if isinstance(measure, (int, float)) else None
+        results.append(TestResult(c["nodeid"], c["area"], c["contract"], outcome, str(meta.get("hint", "")),
+                                  duration, measure))
     if code == -2:
         problem = "grading was interrupted; tests that had not reported score nothing"
     elif code not in (0, 1) and problem is None and not pytest_json:

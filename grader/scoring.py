@@ -12,12 +12,15 @@ OUTCOMES = ("passed", "failed", "error", "crashed", "timeout", "skipped")
 
 @dataclass
 class TestResult:
+    __test__ = False    # a record, not a pytest test class
+
     nodeid: str
     area: str
     contract: str
     outcome: str
     hint: str = ""
     duration_s: float = 0.0
+    measure: float | None = None       # for areas scored on a curve (e.g. speed vs the reference)
     score: float = 0.0
     max_score: float = 0.0
     gated_by: list[str] = field(default_factory=list)
@@ -36,6 +39,7 @@ class AreaResult:
 
     @property
     def complete(self) -> bool:
+        """Every test passed (a curve's partial credit still counts as passed)."""
         return self.total > 0 and self.passed == self.total
 
 
@@ -59,7 +63,8 @@ def score(assignment: Assignment, results: list[TestResult], device: str) -> dic
         area = areas[r.area]
         r.max_score = area.points / area.total if area.graded else 0.0
         r.gated_by = list(area.gated_by)
-        r.score = r.max_score if (r.outcome == "passed" and not area.gated_by) else 0.0
+        passed = r.outcome == "passed" and not area.gated_by
+        r.score = r.max_score * assignment.areas[r.area].credit(r.measure) if passed else 0.0
         area.score += r.score
     return areas
 

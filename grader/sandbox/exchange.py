@@ -29,8 +29,10 @@ class Exchange:
         self.device = device
         self.chown = chown
         self._names = itertools.count()
-        self._files: dict[int, tuple[str, int]] = {}      # CPU storage data_ptr -> (path, nbytes)
-        self._pooled: set[int] = set()                   # CUDA storage data_ptrs from our pool
+        # Registered storages by data_ptr. Each entry keeps its tensor alive, so an address
+        # cannot be reused by an unrelated tensor while it is registered here.
+        self._files: dict[int, tuple[str, int, torch.Tensor]] = {}   # CPU: path, nbytes, base
+        self._pooled: dict[int, torch.Tensor] = {}                   # CUDA: base from our pool
         self._pool = torch.cuda.MemPool() if device.type == "cuda" else None
 
     # -- allocation -------------------------------------------------------
@@ -49,18 +51,18 @@ class Exchange:
         if self.device.type == "cuda":
             with torch.cuda.use_mem_pool(self._pool):
                 base = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
-            self._pooled.add(base.untyped_storage().data_ptr())
+            self._pooled[base.untyped_storage().data_ptr()] = base
             return base
         path = self.folder / f"t{next(self._names)}"
         path.touch(mode=0o600)
         self.chown(path)
         base = torch.from_file(str(path), shared=True, size=nbytes, dtype=torch.uint8)
-        self._files[base.untyped_storage().data_ptr()] = (str(path), nbytes)
+        self._files[base.untyped_storage().data_ptr()] = (str(path), nbytes, base)
         return base
 
     def release(self) -> None:
         """Forget everything allocated so far (called between tests)."""
-        for path, _ in self._files.values():
+        for path, _, _ in self._files.values():
             with contextlib.suppress(OSError):
                 os.unlink(path)
         self._files.clear()
@@ -102,7 +104,7 @@ class Exchange:
 
     def _forget(self, base: torch.Tensor) -> None:
         key = base.untyped_storage().data_ptr()
-        self._pooled.discard(key)
+        self._pooled.pop(key, None)
         entry = self._files.pop(key, None)
         if entry:
             with contextlib.suppress(OSError):
@@ -112,7 +114,7 @@ class Exchange:
         common = {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
                   "stride": list(t.stride()), "offset": t.storage_offset()}
         if t.device.type == "cpu":
-            path, nbytes = self._files[t.untyped_storage().data_ptr()]
+            path, nbytes, _ = self._files[t.untyped_storage().data_ptr()]
             return dict(common, kind="file", path=path, nbytes=nbytes)
         from torch.multiprocessing.reductions import reduce_tensor
         _, a = reduce_tensor(t)

@@ -7,6 +7,7 @@ of its descendants and replaced on the next call, so one bug costs one test.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import shutil
@@ -245,34 +246,66 @@ class Submission:
             self._worker = None
 
     def call(self, name: str, *args, **kwargs):
-        if self.budget <= 0:
-            raise WorkerTimeout("this submission has used up the grading run's time budget "
-                                "(earlier calls were too slow or hung)")
-        started = time.monotonic()
-        try:
-            return self._call(name, *args, **kwargs)
-        finally:
-            self.budget -= time.monotonic() - started
-
-    def _call(self, name: str, *args, **kwargs):
-        worker = self._ready_worker()
-        if name not in self.present:
-            raise SubmissionUnavailable(f"your file has no function named {name!r}")
-        with self.exchange.crossing(args, kwargs) as (wargs, wkwargs):
-            try:
-                reply, blobs = worker.request({"op": "call", "fn": name, "args": wargs,
-                                               "kwargs": wkwargs}, min(self.timeout, max(1.0, self.budget)))
-            except SandboxFailure as exc:
-                self._discard(f"{name}: {exc}")
-                raise
-        if reply.get("poisoned"):
-            self._discard(f"{name}: CUDA context poisoned")
-        if reply.get("ok") is True:
+        with self._budgeted():
+            worker = self._worker_with(name)
+            with self.exchange.crossing(args, kwargs) as (wargs, wkwargs):
+                reply, blobs = self._request(worker, name, {"op": "call", "fn": name, "args": wargs,
+                                                            "kwargs": wkwargs})
             try:
                 return wire.decode(reply.get("value"), lambda d: tensor_from_wire(d, blobs, self.device))
             except wire.WireError as exc:
                 self._discard(f"{name}: malformed result {exc}")
                 raise WorkerCrashed(f"returned something that is not a plain value or tensor ({exc})") from None
+
+    def time_calls(self, name: str, calls: list[tuple[tuple, dict]], refill=None) -> float:
+        """Wall seconds for the worker to run `calls` back to back and synchronise.
+
+        The inputs are mapped first; then `refill()` writes fresh data into them, so
+        nothing could be computed ahead of the timed window; the caller checks every
+        output afterwards. Only tensors from `exchange` may be used: staging copies
+        would be timed too and their results copied back too late."""
+        with self._budgeted():
+            worker = self._worker_with(name)
+            with contextlib.ExitStack() as stack:
+                wire_calls = [dict(zip(("args", "kwargs"), stack.enter_context(self.exchange.crossing(a, k))))
+                              for a, k in calls]
+                self._request(worker, name, {"op": "prepare", "fn": name, "calls": wire_calls})
+                if refill is not None:
+                    refill()
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize()
+                started = time.perf_counter()
+                self._request(worker, name, {"op": "go"})
+                return time.perf_counter() - started
+
+    @contextlib.contextmanager
+    def _budgeted(self):
+        if self.budget <= 0:
+            raise WorkerTimeout("this submission has used up the grading run's time budget "
+                                "(earlier calls were too slow or hung)")
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.budget -= time.monotonic() - started
+
+    def _worker_with(self, name: str) -> Worker:
+        worker = self._ready_worker()
+        if name not in self.present:
+            raise SubmissionUnavailable(f"your file has no function named {name!r}")
+        return worker
+
+    def _request(self, worker: Worker, name: str, header: dict) -> tuple[dict, list[bytes]]:
+        """Send one request; a submission's exception comes back as SubmissionError."""
+        try:
+            reply, blobs = worker.request(header, min(self.timeout, max(1.0, self.budget)))
+        except SandboxFailure as exc:
+            self._discard(f"{name}: {exc}")
+            raise
+        if reply.get("poisoned"):
+            self._discard(f"{name}: CUDA context poisoned")
+        if reply.get("ok") is True:
+            return reply, blobs
         err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
         raise SubmissionError(str(err.get("type", "Exception"))[:100], str(err.get("message", ""))[:2000])
 

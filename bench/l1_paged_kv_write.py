@@ -1,0 +1,232 @@
+"""Bandwidth of the L1 write on the GPU, against the measured copy ceiling.
+
+    python bench/l1_paged_kv_write.py [--submission FILE] [--out docs/performance.md] [--quick]
+
+Measures, in one run: a 1 GiB device-to-device copy (the ceiling), an empty Triton
+kernel (the launch floor), the reference kernel, torch's index_copy_, and optionally
+a submission, over a grid of token counts, head shapes, dtypes, input layouts and
+padding. Bytes moved = K and V read and written for the real tokens, plus the slots.
+An instructor's tool: it imports the files it measures; grading never does.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import itertools
+import platform
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+REPO = Path(__file__).resolve().parent.parent
+TOKENS = (1, 256, 4096, 65536, 262144)
+SHAPES = ((8, 128), (32, 128), (8, 64), (8, 80))
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+BLOCK_SIZE = 16
+
+
+def load(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem + "_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@triton.jit
+def empty_kernel(a, b, c, d, e, f, g, h, BLOCK: tl.constexpr):
+    pass
+
+
+FLUSH = None
+
+
+def event_times(fn, reps: int) -> list[float]:
+    """Seconds per call by CUDA events; a 256 MB read between calls evicts L2 without dirtying it."""
+    global FLUSH
+    if FLUSH is None:
+        FLUSH = torch.ones(64 << 20, dtype=torch.float32, device="cuda")
+    fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        FLUSH.sum()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        out.append(start.elapsed_time(end) / 1e3)
+    return out
+
+
+def graph_times(fn, reps: int) -> list[float]:
+    """Seconds of GPU work per call: one call captured in a CUDA graph and replayed, so the
+    Python launch cost (tens of microseconds here) stays out of a bandwidth figure."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return event_times(graph.replay, reps)
+
+
+def per_call_eager(fn, n: int = 200) -> float:
+    """Wall seconds per call, n calls back to back: what a launch-bound step costs."""
+    import time
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / n
+
+
+def per_call_graph(fn, n: int = 100) -> float:
+    """Seconds per call when n calls are replayed from one CUDA graph."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(n):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    return statistics.median(event_times(graph.replay, 20)) / n
+
+
+class Case:
+    def __init__(self, T, H, D, dtype, layout, padding, sequential=False):
+        self.T, self.H, self.D, self.HD = T, H, D, H * D
+        g = torch.Generator(device="cuda").manual_seed(T * 31 + H * D)
+        if layout == "fused":
+            qkv = torch.randn(T, 3, H, D, dtype=dtype, device="cuda", generator=g)
+            self.key, self.value = qkv[:, 1], qkv[:, 2]
+        else:
+            self.key = torch.randn(T, H, D, dtype=dtype, device="cuda", generator=g)
+            self.value = torch.randn(T, H, D, dtype=dtype, device="cuda", generator=g)
+        blocks = max(1, -(-2 * T // BLOCK_SIZE))
+        self.k_cache = torch.zeros(blocks, BLOCK_SIZE, H, D, dtype=dtype, device="cuda")
+        self.v_cache = torch.zeros_like(self.k_cache)
+        self.slots = (torch.arange(T, device="cuda") if sequential else
+                      torch.randperm(blocks * BLOCK_SIZE, device="cuda", generator=g)[:T])
+        if padding:
+            self.slots[torch.randperm(T, device="cuda", generator=g)[: T // 4]] = -1
+        self.real = int((self.slots >= 0).sum())
+        self.bytes = 4 * self.real * self.HD * self.key.element_size() + 8 * T
+
+    def write_with(self, module):
+        return lambda: module.reshape_and_cache(self.key, self.value, self.k_cache, self.v_cache, self.slots)
+
+    def index_copy(self):
+        kc, vc = self.k_cache.view(-1, self.H, self.D), self.v_cache.view(-1, self.H, self.D)
+        return lambda: (kc.index_copy_(0, self.slots, self.key), vc.index_copy_(0, self.slots, self.value))
+
+
+def summarise(times: list[float], nbytes: int, ceiling: float) -> dict:
+    med = statistics.median(times)
+    q = statistics.quantiles(times, n=4) if len(times) >= 4 else [min(times), med, max(times)]
+    return {"gbps": nbytes / med / 1e9, "frac": nbytes / med / ceiling,
+            "spread": (q[2] - q[0]) / med, "us": med * 1e6}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--submission", type=Path, help="also measure this file")
+    ap.add_argument("--out", type=Path, help="write the tables as Markdown here")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--quick", action="store_true", help="a small grid, for a smoke run")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    ref = load(REPO / "reference/l1_paged_kv_write.py")
+    sub = load(args.submission) if args.submission else None
+
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    copy = summarise(event_times(lambda: dst.copy_(src), args.reps), 2 * src.numel(), 1.0)
+    ceiling = copy["gbps"] * 1e9
+    del src, dst
+    lines = [f"copy ceiling: {copy['gbps']:.0f} GB/s (1 GiB device-to-device, spread {copy['spread']:.1%})"]
+    print(lines[0])
+
+    tokens = (256, 65536) if args.quick else TOKENS
+    shapes = SHAPES[:1] if args.quick else SHAPES
+    head = ["T", "H", "D", "dtype", "layout", "padding", "reference GB/s", "of ceiling", "spread",
+            "index_copy_ GB/s"] + (["submission GB/s", "of ceiling"] if sub else [])
+    rows = []
+    for T, (H, D), dname, layout, padding in itertools.product(tokens, shapes, DTYPES, ("plain", "fused"),
+                                                               (False, True)):
+        if T == 1 and padding:
+            continue
+        case = Case(T, H, D, DTYPES[dname], layout, padding)
+        r = summarise(graph_times(case.write_with(ref), args.reps), case.bytes, ceiling)
+        ic = "—" if padding else f"{summarise(graph_times(case.index_copy(), args.reps), case.bytes, ceiling)['gbps']:.0f}"
+        row = [T, H, D, dname, layout, "25%" if padding else "none", f"{r['gbps']:.0f}", f"{r['frac']:.1%}",
+               f"{r['spread']:.1%}", ic]
+        if sub:
+            s = summarise(graph_times(case.write_with(sub), args.reps), case.bytes, ceiling)
+            row += [f"{s['gbps']:.0f}", f"{s['frac']:.1%}"]
+        rows.append(row)
+        print(" ".join(str(x) for x in row), flush=True)
+        del case
+        torch.cuda.empty_cache()
+
+    # Where the gap to the copy comes from: the same bytes written to consecutive slots.
+    pattern_rows = []
+    for sequential in (False, True):
+        case = Case(65536, 8, 128, torch.float16, "fused", False, sequential=sequential)
+        r = summarise(graph_times(case.write_with(ref), args.reps), case.bytes, ceiling)
+        pattern_rows.append(["consecutive" if sequential else "random", f"{r['gbps']:.0f}", f"{r['frac']:.1%}"])
+        print("pattern", pattern_rows[-1], flush=True)
+        del case
+
+    # Launch-bound sizes: the reference against an empty kernel, eagerly and replayed from a graph.
+    launch_rows = []
+    for T in (1, 256):
+        case = Case(T, 8, 128, torch.float16, "fused", False)
+        args8 = (case.key, case.value, case.k_cache, case.v_cache, case.slots, 1, 1, 1)
+        empty = lambda: empty_kernel[(T,)](*args8, BLOCK=1024)
+        write = case.write_with(ref)
+        e_eager, r_eager = per_call_eager(empty), per_call_eager(write)
+        e_graph, r_graph = per_call_graph(empty), per_call_graph(write)
+        launch_rows.append([T, f"{e_eager*1e6:.1f}", f"{r_eager*1e6:.1f}", f"{r_eager/e_eager:.2f}",
+                            f"{e_graph*1e6:.2f}", f"{r_graph*1e6:.2f}", f"{r_graph/e_graph:.2f}"])
+        print("launch", launch_rows[-1], flush=True)
+
+    if args.out:
+        env = (f"{datetime.date.today()} · {torch.cuda.get_device_name()} · torch {torch.__version__} · "
+               f"triton {triton.__version__} · Python {platform.python_version()}")
+        md = ["# Performance of the L1 write", "",
+              "Generated by `python bench/l1_paged_kv_write.py --out docs/performance.md` on the GPU runner; "
+              "do not edit the numbers by hand.", "", f"Measured: {env}.", "",
+              "Bytes moved = K and V read and written for the real (non-padding) tokens, plus 8 bytes of "
+              "slot per token. Times are medians of CUDA-event timings of one call replayed from a CUDA "
+              "graph (GPU work only; the Python launch cost is in the last table), with L2 evicted by a "
+              "read between calls; spread is the interquartile range over the median. Slots are a random permutation "
+              "of twice as many slots as tokens; `fused` reads key/value as views of a [T, 3, H, D] tensor.",
+              "", lines[0], "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        md += ["| " + " | ".join(str(x) for x in row) + " |" for row in rows]
+        md += ["", "## Slot pattern (T=65536, H=8, D=128, fp16, fused)", "",
+               "| slots | reference GB/s | of ceiling |", "|---|---|---|"]
+        md += ["| " + " | ".join(row) + " |" for row in pattern_rows]
+        md += ["", "## Launch-bound sizes (H=8, D=128, fp16, fused)", "",
+               "Per call: eager = wall clock over 200 back-to-back calls; graph = replay of 100 calls "
+               "captured in one CUDA graph. The empty kernel takes the same arguments and does nothing.", "",
+               "| T | empty eager µs | reference eager µs | ratio | empty graph µs | reference graph µs | ratio |",
+               "|---|---|---|---|---|---|---|"]
+        md += ["| " + " | ".join(str(x) for x in row) + " |" for row in launch_rows]
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("\n".join(md) + "\n")
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,327 @@
+"""Grade a class: every submitted/<student>/<assignment>/<file> of a course folder
+in nbgrader's layout (see grader/course.py), then feedback, a grades CSV and
+nbgrader's gradebook.
+
+Each grading is its own `python -m grader grade` process: one per GPU on a
+GPU machine (CUDA_VISIBLE_DEVICES names its GPU), a bounded number on the CPU.
+Work already done is not redone. A student whose report matches the file's
+sha256, the grader's version and the device is skipped, and identical files are
+graded once, their report copied to every student who submitted them. Reports
+are moved into place only once complete, so an interrupted batch resumes where
+it stopped, and a grading that fails leaves a grading-error.log instead of a
+report: that student scores 0 until a later run succeeds.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from queue import Queue
+
+from . import feedback, gradebook
+from .assignment import REPO, Assignment, AssignmentError
+from .course import Course, Row, sha256_of
+from .report import write_atomically
+
+STOP_GRACE_S = 30       # a stopped grading still kills its workers and writes its report
+
+
+@dataclass
+class Job:
+    """One distinct file to grade, for every student who submitted it."""
+    sha256: str
+    file: Path
+    students: list[str] = field(default_factory=list)
+
+
+@dataclass
+class BatchResult:
+    rows: list[Row]
+    graded: int = 0         # grading processes run: one per distinct file not graded before
+    copied: int = 0         # students given the report of an identical file
+    unchanged: int = 0      # students whose report was already current
+    errors: int = 0         # students whose grading produced no report
+    wall_s: float = 0.0
+
+
+def default_jobs(device: str) -> int:
+    if device == "cuda":
+        return len(visible_gpus())
+    # A grading keeps about two cores busy: the trusted pytest process and the worker.
+    return max(1, len(os.sched_getaffinity(0)) // 2)
+
+
+def visible_gpus() -> list[str]:
+    import torch
+    count = torch.cuda.device_count()
+    listed = [x.strip() for x in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip()]
+    return listed[:count] if listed else [str(i) for i in range(count)]
+
+
+def slots(device: str, jobs: int) -> list[dict[str, str]]:
+    """The extra environment of each parallel grading."""
+    if device != "cuda":
+        return [{} for _ in range(jobs)]
+    gpus = visible_gpus()
+    return [{"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} for i in range(jobs)]
+
+
+def plan(course: Course, device: str) -> tuple[list[Job], dict[Path, list[str]], int]:
+    """(files to grade, current reports to copy to other students, students already current)."""
+    current: dict[str, Path] = {}
+    todo: dict[str, Job] = {}
+    unchanged = 0
+    for student in course.students():
+        path, _ = course.submission(student)
+        if path is None:
+            continue
+        sha = sha256_of(path)
+        if course.is_current(course.read_report(student), sha, device):
+            current.setdefault(sha, course.report_path(student))
+            unchanged += 1
+        else:
+            todo.setdefault(sha, Job(sha, path)).students.append(student)
+    copies = {current[sha]: job.students for sha, job in todo.items() if sha in current}
+    return [job for sha, job in todo.items() if sha not in current], copies, unchanged
+
+
+class Runner:
+    """Runs gradings as subprocesses; `stop()` ends those in flight."""
+
+    def __init__(self, course: Course, device: str, timeout_s: float):
+        self.course = course
+        self.device = device
+        self.timeout_s = timeout_s
+        self.live: set[subprocess.Popen] = set()
+        self.lock = threading.Lock()
+        self.stopping = False
+
+    def grade(self, job: Job, env: dict[str, str]) -> tuple[dict | None, str]:
+        """(the report, "") or (None, why there is none)."""
+        dest = self.course.report_path(job.students[0])
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        partial = dest.with_name(".report.json.grading")
+        partial.unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", "grader", "grade", "--assignment", str(self.course.assignment.folder.resolve()),
+               "--submission", str(job.file.resolve()), "--report", str(partial.resolve()),
+               "--device", self.device, "--quiet"]
+        with self.lock:
+            if self.stopping:
+                return None, "interrupted"
+            proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **env}, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            self.live.add(proc)
+        try:
+            out, _ = proc.communicate(timeout=self.timeout_s)
+            why = f"the grader exited with status {proc.returncode} without a report"
+        except subprocess.TimeoutExpired:
+            self._end([proc])
+            out, _ = proc.communicate()
+            why = f"the grading did not finish within {self.timeout_s:.0f} s"
+        finally:
+            with self.lock:
+                self.live.discard(proc)
+        # A grading we stopped still writes a report, of an interrupted run: not one to keep.
+        report = _read(partial) if proc.returncode == 0 and not getattr(proc, "stopped", False) else None
+        if self.stopping:
+            partial.unlink(missing_ok=True)
+            return None, "interrupted"
+        if report is None or report["extra_data"].get("submission", {}).get("sha256") != job.sha256:
+            partial.unlink(missing_ok=True)
+            return None, why + "\n\n" + (out or "")[-4000:]
+        os.replace(partial, dest)
+        return report, ""
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopping = True
+            live = list(self.live)
+        self._end(live)
+
+    @staticmethod
+    def _end(procs: list[subprocess.Popen]) -> None:
+        # SIGTERM first: the grader then ends its own workers, which SIGKILL would orphan.
+        for proc in procs:
+            proc.stopped = True
+            _signal(proc, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal(proc, signal.SIGKILL)
+
+
+def _signal(proc: subprocess.Popen, signum: int) -> None:
+    try:
+        os.killpg(proc.pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def grade_all(course: Course, device: str, jobs: int, timeout_s: float | None = None,
+              progress: bool = True) -> BatchResult:
+    """Grade what needs grading; feedback, CSV and gradebook are `publish`'s."""
+    t0 = time.monotonic()
+    todo, copies, unchanged = plan(course, device)
+    result = BatchResult(rows=[], unchanged=unchanged)
+    for source, students in copies.items():
+        result.copied += _copy(course, json.loads(source.read_text()), students)
+    timeout_s = timeout_s or course.assignment.time_budget_s * 2 + 300
+    runner = Runner(course, device, timeout_s)
+    free: Queue = Queue()
+    for env in slots(device, jobs):
+        free.put(env)
+
+    def run(job: Job):
+        env = free.get()
+        try:
+            return runner.grade(job, env)
+        finally:
+            free.put(env)
+
+    from tqdm import tqdm
+    bar = tqdm(total=len(todo), desc=f"grading {course.assignment.id}", unit="file", disable=not progress,
+               file=sys.stderr, dynamic_ncols=True)
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
+        futures = {pool.submit(run, job): job for job in todo}
+        for future in as_completed(futures):
+            job = futures[future]
+            report, why = future.result()
+            result.graded += 1
+            if report is None:
+                result.errors += len(job.students)
+                for student in job.students:
+                    path = course.error_path(student)
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(why.strip() + "\n")
+            else:
+                course.error_path(job.students[0]).unlink(missing_ok=True)
+                result.copied += _copy(course, report, job.students[1:])
+            bar.update(1)
+            bar.set_postfix(errors=result.errors, refresh=False)
+    except BaseException:
+        runner.stop()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        bar.close()
+    result.rows = course.rows()
+    result.wall_s = time.monotonic() - t0
+    return result
+
+
+def _copy(course: Course, report: dict, students: list[str]) -> int:
+    for student in students:
+        write_atomically(report, course.report_path(student))
+        course.error_path(student).unlink(missing_ok=True)
+    return len(students)
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return report if isinstance(report, dict) and isinstance(report.get("extra_data"), dict) else None
+
+
+def publish(course: Course, rows: list[Row], csv_path: Path, db_url: str | None) -> list[str]:
+    """Feedback for each graded student (and none for the others), the CSV, the gradebook."""
+    notes = []
+    for row in rows:
+        path = course.feedback_path(row.student)
+        if row.status == "graded":
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(feedback.markdown(row.report, row.student))
+        else:
+            path.unlink(missing_ok=True)      # feedback for an older file would mislead
+    gradebook.write_csv(rows, course.assignment, csv_path)
+    notes.append(f"wrote {csv_path}")
+    if db_url is not None:
+        try:
+            import nbgrader.api  # noqa: F401
+        except ImportError:
+            notes.append("nbgrader is not installed: gradebook not updated")
+        else:
+            gradebook.update(course, rows, db_url)
+            notes.append(f"updated gradebook {db_url}")
+    return notes
+
+
+# -- command line ----------------------------------------------------------------
+def add_parser(sub) -> None:
+    p = sub.add_parser("grade-all", help="grade every submission of a course folder (nbgrader layout)",
+                       description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--course", required=True, help="course folder holding submitted/<student>/<assignment>/")
+    p.add_argument("--assignment", default="assignment/l1_paged_kv_write", help="assignment folder")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--jobs", type=int, help="gradings at once (default: one per GPU; on the CPU half the cores)")
+    p.add_argument("--timeout", type=float, help="seconds one grading may take (default: 2 x time budget + 300)")
+    p.add_argument("--csv", help="plain grades CSV (default: COURSE/grades-<assignment id>.csv)")
+    p.add_argument("--db", help="nbgrader gradebook URL (default: sqlite:///COURSE/gradebook.db)")
+    p.add_argument("--no-gradebook", action="store_true", help="leave nbgrader's gradebook alone")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(run=main)
+
+
+def main(args) -> int:
+    from .run import resolve_device
+    try:
+        assignment = Assignment.load(args.assignment)
+    except AssignmentError as exc:
+        print(f"grader: {exc}", file=sys.stderr)
+        return 2
+    root = Path(args.course)
+    if not (root / "submitted").is_dir():
+        print(f"grader: no submitted/ folder in {root}", file=sys.stderr)
+        return 2
+    device = resolve_device(args.device)
+    if device == "cuda" and not visible_gpus():
+        print("grader: --device cuda asked for, but this machine has no usable CUDA device", file=sys.stderr)
+        return 2
+    jobs = args.jobs or default_jobs(device)
+    if jobs < 1:
+        print("grader: --jobs must be at least 1", file=sys.stderr)
+        return 2
+    course = Course(root, assignment)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        result = grade_all(course, device, jobs, args.timeout, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print("grade-all: interrupted; finished reports are kept, run it again to resume", file=sys.stderr)
+        return 130
+    csv_path = Path(args.csv) if args.csv else root / f"grades-{assignment.id}.csv"
+    db_url = None if args.no_gradebook else (args.db or gradebook.default_db_url(root))
+    notes = publish(course, result.rows, csv_path, db_url)
+    print(describe(result, device, jobs))
+    for note in notes:
+        print(note)
+    return 0
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def describe(result: BatchResult, device: str, jobs: int) -> str:
+    rows = result.rows
+    count = lambda status: sum(r.status == status for r in rows)
+    lines = [f"grade-all: {len(rows)} students, {count('graded')} graded, {count('missing')} missing, "
+             f"{count('error')} errors; {result.graded} gradings run on {device} with {jobs} at once, "
+             f"{result.copied} reports reused for identical files, {result.unchanged} unchanged; "
+             f"{result.wall_s:.0f} s"]
+    for r in rows:
+        if r.status != "graded" or r.note:
+            lines.append(f"  {r.student}: {r.status}: {r.note.splitlines()[0] if r.note else ''}")
+    return "\n".join(lines)

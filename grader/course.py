@@ -1,0 +1,134 @@
+"""A course folder in nbgrader's layout, and where each student of one assignment stands.
+
+    submitted/<student>/<assignment>/<file>              what the student handed in
+    autograded/<student>/<assignment>/report.json        the grader's report (results.json)
+    autograded/<student>/<assignment>/grading-error.log  why the last grading produced no report
+    feedback/<student>/<assignment>/feedback.md          what the student reads
+
+A report counts for a student only while it matches the submitted file's
+sha256, this grader's version and the assignment; anything else is stale.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import __version__
+from .assignment import Assignment
+
+# nbgrader's own bookkeeping beside a submission: not something the student handed in.
+BOOKKEEPING = {"timestamp.txt"}
+
+
+@dataclass
+class Row:
+    student: str
+    status: str                  # graded | stale | error | pending | missing
+    score: float = 0.0
+    max_score: float | None = None
+    areas: dict[str, float | None] = field(default_factory=dict)   # None: not graded on that device
+    note: str = ""
+    sha256: str | None = None
+    report: dict | None = None
+
+
+class Course:
+    def __init__(self, root: str | Path, assignment: Assignment):
+        self.root = Path(root)
+        self.assignment = assignment
+
+    def _folder(self, kind: str, student: str) -> Path:
+        return self.root / kind / student / self.assignment.id
+
+    def submission_folder(self, student: str) -> Path:
+        return self._folder("submitted", student)
+
+    def report_path(self, student: str) -> Path:
+        return self._folder("autograded", student) / "report.json"
+
+    def error_path(self, student: str) -> Path:
+        return self._folder("autograded", student) / "grading-error.log"
+
+    def feedback_path(self, student: str) -> Path:
+        return self._folder("feedback", student) / "feedback.md"
+
+    def students(self) -> list[str]:
+        top = self.root / "submitted"
+        if not top.is_dir():
+            return []
+        return sorted(p.name for p in top.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+    def submission(self, student: str) -> tuple[Path | None, str]:
+        """The file to grade, or None and why there is none."""
+        folder = self.submission_folder(student)
+        if not folder.is_dir():
+            return None, f"no {self.assignment.id} folder in submitted/{student}"
+        path = folder / self.assignment.submission
+        if path.is_file():
+            return path, ""
+        others = sorted(p.name for p in folder.iterdir() if p.name not in BOOKKEEPING)
+        if not others:
+            return None, "the submission folder is empty"
+        shown = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
+        return None, f"no {self.assignment.submission} in the submission folder (found {shown})"
+
+    def read_report(self, student: str) -> dict | None:
+        try:
+            report = json.loads(self.report_path(student).read_text())
+        except (OSError, ValueError):
+            return None
+        return report if isinstance(report, dict) and isinstance(report.get("extra_data"), dict) else None
+
+    def is_current(self, report: dict | None, sha256: str, device: str | None = None) -> bool:
+        if report is None:
+            return False
+        extra = report["extra_data"]
+        return ((extra.get("submission") or {}).get("sha256") == sha256
+                and extra.get("grader_version") == __version__
+                and extra.get("assignment") == self.assignment.id
+                and (device is None or (extra.get("environment") or {}).get("device") == device))
+
+    def rows(self) -> list[Row]:
+        rows = [self._row(student) for student in self.students()]
+        # Ungraded students are out of what the graded ones were: areas that
+        # need a device the class was not graded on do not count against them.
+        usual = Counter(r.max_score for r in rows if r.report is not None).most_common(1)
+        max_score = usual[0][0] if usual else self.assignment.total_points
+        for r in rows:
+            if r.report is None:
+                r.max_score = max_score
+                r.areas = {name: 0.0 for name in self.assignment.areas}
+        return rows
+
+    def _row(self, student: str) -> Row:
+        path, why = self.submission(student)
+        if path is None:
+            return Row(student, "missing", note=why)
+        sha = sha256_of(path)
+        report = self.read_report(student)
+        if self.is_current(report, sha):
+            return _from_report(student, "graded", report, sha)
+        error = self.error_path(student)
+        if error.is_file():
+            first = error.read_text(errors="replace").strip().splitlines()[:1]
+            return Row(student, "error", note=first[0] if first else "grading failed", sha256=sha)
+        if report is not None:
+            row = _from_report(student, "stale", report, sha)
+            row.note = "report is for another file or grader version: run grade-all again"
+            return row
+        return Row(student, "pending", note="not graded yet", sha256=sha)
+
+
+def _from_report(student: str, status: str, report: dict, sha: str) -> Row:
+    extra = report["extra_data"]
+    areas = {name: (a.get("score") if a.get("graded") else None)
+             for name, a in (extra.get("areas") or {}).items()}
+    return Row(student, status, float(report.get("score", 0.0)), float(report.get("max_score", 0.0)),
+               areas, extra.get("problem") or "", sha, report)
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()

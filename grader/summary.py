@@ -1,0 +1,228 @@
+"""One static page on how a class did on an assignment: COURSE/summary/index.html.
+
+Built from the reports grade-all left in the course folder: the score
+histogram, the pass rate of each rubric area and of each hidden test, the
+failure hints seen most often, the performance area's distribution where it
+was graded, identical submissions, and every student with links to their
+report and feedback. Plots are PNG files beside the page (matplotlib, no
+display needed), so the folder can be copied or served as it is.
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import os
+import statistics
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+from urllib.parse import quote
+
+from .assignment import Assignment, AssignmentError
+from .course import Course, Row
+
+PERFORMANCE_AREA = "performance"
+TOP_HINTS = 12
+
+CSS = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 24px auto; max-width: 1100px; color: #222; }
+h1 { font-size: 22px; } h2 { font-size: 17px; margin-top: 28px; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; margin: 8px 0; } td, th { padding: 3px 8px; border-bottom: 1px solid #eee; }
+th { text-align: left; background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.bar { display: inline-block; height: 10px; background: #4a7fb5; vertical-align: middle; }
+.status-graded { color: #1a6b1a; } .status-missing, .status-error, .status-stale, .status-pending { color: #a33; }
+img { max-width: 100%; border: 1px solid #eee; } .note { color: #666; font-size: 12px; }
+"""
+
+
+def build(course: Course, out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    rows = course.rows()
+    reports = [r for r in rows if r.report is not None and r.status in ("graded", "stale")]
+    parts = [_header(course, rows, reports)]
+    if reports:
+        parts.append(_scores(course, reports, out))
+        parts.append(_areas(course, reports, out))
+        parts.append(_performance(reports, out))
+        parts.append(_tests(reports))
+        parts.append(_hints(reports))
+        parts.append(_identical(reports))
+    else:
+        parts.append("<p>No graded submissions yet: run grade-all first.</p>")
+    parts.append(_students(course, rows, out))
+    title = html.escape(f"{course.assignment.title}: class summary")
+    page = (f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}</title>"
+            f"<style>{CSS}</style></head>\n<body>\n<h1>{title}</h1>\n" + "\n".join(p for p in parts if p)
+            + "\n</body></html>\n")
+    index = out / "index.html"
+    tmp = out / ".index.html.tmp"
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(index)
+    return index
+
+
+def _header(course: Course, rows: list[Row], reports: list[Row]) -> str:
+    counts = Counter(r.status for r in rows)
+    told = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    line = f"{len(rows)} students ({told or 'none'})."
+    if reports:
+        scores = [r.score for r in reports]
+        line += (f" Over the {len(reports)} graded: mean {statistics.mean(scores):.1f}, "
+                 f"median {statistics.median(scores):.1f} of {reports[0].max_score:g}.")
+    devices = Counter((r.report["extra_data"].get("environment") or {}).get("device", "?") for r in reports)
+    if devices:
+        line += " Graded on " + ", ".join(f"{d} ({n})" for d, n in devices.items()) + "."
+    return f"<p>{html.escape(line)}</p>"
+
+
+def _figure(height: float = 3.2):
+    from matplotlib.figure import Figure     # no pyplot: no display, no global state
+    fig = Figure(figsize=(9, height), dpi=100, layout="constrained")
+    return fig, fig.subplots()
+
+
+def _save(fig, out: Path, name: str) -> str:
+    fig.savefig(out / name)
+    return f'<img src="{quote(name)}" alt="{html.escape(name)}">'
+
+
+def _scores(course: Course, reports: list[Row], out: Path) -> str:
+    top = max(r.max_score or 0 for r in reports) or course.assignment.total_points
+    fig, ax = _figure()
+    ax.hist([r.score for r in reports], bins=20, range=(0, top), color="#4a7fb5", edgecolor="white")
+    ax.set_xlabel(f"score (of {top:g})")
+    ax.set_ylabel("students")
+    ax.set_title("Scores of graded submissions")
+    return "<h2>Scores</h2>" + _save(fig, out, "scores.png")
+
+
+def _areas(course: Course, reports: list[Row], out: Path) -> str:
+    names, rates, labels = [], [], []
+    for name in course.assignment.areas:
+        graded = [r.report["extra_data"]["areas"].get(name) for r in reports]
+        graded = [a for a in graded if a and a.get("graded") and a.get("total")]
+        if not graded:
+            continue
+        full = sum(a["passed"] == a["total"] and not a.get("gated_by") for a in graded)
+        names.append(name)
+        rates.append(100 * full / len(graded))
+        labels.append(f"{full}/{len(graded)}")
+    if not names:
+        return ""
+    fig, ax = _figure(0.8 + 0.4 * len(names))
+    bars = ax.barh(names[::-1], rates[::-1], color="#4a7fb5")
+    ax.bar_label(bars, labels=labels[::-1], padding=3)
+    ax.set_xlim(0, 110)
+    ax.set_xlabel("% of graded students with the area's full points")
+    skipped = [n for n in course.assignment.areas if n not in names]
+    note = (f'<p class="note">Not graded for anyone here: {html.escape(", ".join(skipped))}.</p>'
+            if skipped else "")
+    return "<h2>Pass rate per area</h2>" + _save(fig, out, "areas.png") + note
+
+
+def _performance(reports: list[Row], out: Path) -> str:
+    stale = out / "performance.png"
+    areas = [r.report["extra_data"]["areas"].get(PERFORMANCE_AREA) for r in reports]
+    areas = [a for a in areas if a and a.get("graded")]
+    if not areas:
+        stale.unlink(missing_ok=True)
+        return ""
+    fig, ax = _figure()
+    ax.hist([a["score"] for a in areas], bins=15, range=(0, areas[0]["points"]), color="#b5824a",
+            edgecolor="white")
+    ax.set_xlabel(f"{PERFORMANCE_AREA} points (of {areas[0]['points']:g})")
+    ax.set_ylabel("students")
+    return f"<h2>Performance ({len(areas)} graded)</h2>" + _save(fig, out, "performance.png")
+
+
+def _tests(reports: list[Row]) -> str:
+    seen: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
+    for r in reports:
+        for t in r.report.get("tests", []):
+            if "status" not in t:          # skipped: not graded on that device
+                continue
+            key = (tuple(int(x) for x in str(t["number"]).split(".") if x.isdigit()), t["number"], t["name"])
+            seen[key][0] += t["status"] == "passed"
+            seen[key][1] += 1
+    body = "".join(
+        f"<tr><td>{html.escape(number)}</td><td>{html.escape(name)}</td><td class=num>{p}/{n}</td>"
+        f"<td><span class=bar style=\"width:{round(100 * p / n)}px\"></span> {100 * p / n:.0f}%</td></tr>"
+        for (_, number, name), (p, n) in sorted(seen.items()))
+    return ("<h2>Pass rate per hidden test</h2><table><tr><th>#</th><th>test</th><th>passed</th><th>rate</th></tr>"
+            + body + "</table>")
+
+
+def _hints(reports: list[Row]) -> str:
+    tests, students = Counter(), defaultdict(set)
+    for r in reports:
+        texts = [" ".join(str(t.get("output", "")).split()) for t in r.report.get("tests", [])
+                 if t.get("status") == "failed"]
+        if r.note and r.note not in texts:
+            texts.append(r.note)
+        for text in texts:
+            tests[text] += 1
+            students[text].add(r.student)
+    if not tests:
+        return "<h2>Most common failure hints</h2><p>No test failed.</p>"
+    body = "".join(f"<tr><td class=num>{len(students[t])}</td><td class=num>{n}</td><td>{html.escape(t)}</td></tr>"
+                   for t, n in tests.most_common(TOP_HINTS))
+    return ("<h2>Most common failure hints</h2><table><tr><th>students</th><th>tests</th><th>hint</th></tr>"
+            + body + "</table>")
+
+
+def _identical(reports: list[Row]) -> str:
+    groups = defaultdict(list)
+    for r in reports:
+        groups[r.sha256].append(r.student)
+    shared = sorted((sorted(g) for g in groups.values() if len(g) > 1), key=lambda g: (-len(g), g))
+    if not shared:
+        return ""
+    items = "".join(f"<li>{len(g)} students: {html.escape(', '.join(g))}</li>" for g in shared)
+    return ("<h2>Identical submissions</h2><p class=note>Same file, byte for byte: graded once, the report "
+            f"copied to each.</p><ul>{items}</ul>")
+
+
+def _link(path: Path, out: Path, text: str) -> str:
+    if not path.is_file():
+        return ""
+    return f'<a href="{quote(os.path.relpath(path, out))}">{text}</a>'
+
+
+def _students(course: Course, rows: list[Row], out: Path) -> str:
+    areas = list(course.assignment.areas)
+    head = "".join(f"<th>{html.escape(a)}</th>" for a in areas)
+    body = []
+    for r in rows:
+        cells = "".join("<td class=num>–</td>" if r.areas.get(a) is None else f"<td class=num>{r.areas[a]:.1f}</td>"
+                        for a in areas)
+        links = " ".join(filter(None, [_link(course.report_path(r.student), out, "report"),
+                                       _link(course.feedback_path(r.student), out, "feedback"),
+                                       _link(course.error_path(r.student), out, "error log")]))
+        note = html.escape(r.note.splitlines()[0]) if r.note else ""
+        body.append(f"<tr><td>{html.escape(r.student)}</td><td class=status-{r.status}>{r.status}</td>"
+                    f"<td class=num>{r.score:.1f} / {r.max_score or 0:g}</td>{cells}<td>{links}</td>"
+                    f"<td class=note>{note}</td></tr>")
+    return (f"<h2>Students</h2><table><tr><th>student</th><th>status</th><th>score</th>{head}"
+            f"<th>files</th><th>note</th></tr>" + "".join(body) + "</table>")
+
+
+# -- command line ----------------------------------------------------------------
+def add_parser(sub) -> None:
+    p = sub.add_parser("summary", help="one HTML page on how the class did (COURSE/summary/index.html)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--course", required=True, help="course folder graded by grade-all")
+    p.add_argument("--assignment", default="assignment/l1_paged_kv_write", help="assignment folder")
+    p.add_argument("--out", help="folder for the page and its images (default: COURSE/summary)")
+    p.set_defaults(run=main)
+
+
+def main(args) -> int:
+    try:
+        assignment = Assignment.load(args.assignment)
+    except AssignmentError as exc:
+        print(f"grader: {exc}", file=sys.stderr)
+        return 2
+    course = Course(args.course, assignment)
+    index = build(course, Path(args.out) if args.out else course.root / "summary")
+    print(f"summary written to {index}")
+    return 0

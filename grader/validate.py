@@ -1,0 +1,439 @@
+"""The kill matrix: grade the reference and the corpus of wrong and adversarial
+submissions, one after another, and check that each got what it must.
+
+    python -m grader validate --assignment DIR --out build/validate.json
+                              [--device auto|cpu|cuda] [--only NAME ...] [--fast]
+
+The corpus lives in tests/corpus/: wrong.toml (`[name]`, `bug`, `fails = [areas]`,
+file wrong/<name>.py) and adversarial.toml (`[name]`, `trick`, `deserves` in
+points, optionally `deserves_without_privilege_drop` and `fast`, file
+adversarial/<name>.py). An area counts as passed only when it earned all its
+points, so an area gated by another one counts as failed.
+
+Each grading runs `python -m grader grade` in a subprocess, because a submission
+is judged by what the real command does, exit status and leftovers included. This
+process is a child subreaper while it runs, so anything a grading leaves behind
+is re-parented here, where /proc shows it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .assignment import REPO, Assignment
+from .report import SCHEMA
+from .sandbox.confine import become_subreaper, descendants, reap_children
+
+CORPUS = REPO / "tests" / "corpus"
+EPS = 1e-6
+FAST_WRONG = 3           # wrong submissions in --fast when none is marked fast
+SETTLE_S = 5.0           # how long a killed process may take to leave /proc
+
+
+class CorpusError(ValueError):
+    """The corpus files are malformed: the instructor's mistake, not a submission's."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    kind: str                         # "reference", "wrong" or "adversarial"
+    name: str
+    file: Path
+    note: str = ""                    # the bug or the trick
+    fails: tuple[str, ...] = ()       # wrong: the areas it must fail
+    deserves: float | None = None     # adversarial: the most it may score; None: anything
+    deserves_without_drop: float | None = None
+    fast: bool = False
+
+    @property
+    def label(self) -> str:
+        return self.name if self.kind == "reference" else f"{self.kind}/{self.name}"
+
+
+@dataclass
+class Row:
+    entry: Entry
+    expected: dict[str, str | None] = field(default_factory=dict)   # "pass", "fail" or None
+    passed: dict[str, bool] = field(default_factory=dict)
+    cells: dict[str, str] = field(default_factory=dict)
+    score: float | None = None
+    max_score: float | None = None
+    allowed: float | None = None
+    privilege_drop: bool | None = None
+    wall_s: float = 0.0
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    report_path: str | None = None
+    skipped: str | None = None
+
+    def to_json(self) -> dict:
+        e = self.entry
+        return {"kind": e.kind, "name": e.name, "file": _rel(e.file), "note": e.note,
+                "expected": self.expected, "passed": self.passed, "cells": self.cells,
+                "score": self.score, "max_score": self.max_score, "deserves": self.allowed,
+                "privilege_drop": self.privilege_drop, "wall_s": round(self.wall_s, 1),
+                "problems": self.problems, "notes": self.notes, "report": self.report_path,
+                "skipped": self.skipped}
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
+# -- the corpus -------------------------------------------------------------------
+def _points(value, where: str) -> float | None:
+    if value == "any":
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise CorpusError(f"{where}: expected points >= 0 or \"any\", got {value!r}")
+    return float(value)
+
+
+def load_corpus(assignment: Assignment, corpus: Path = CORPUS) -> list[Entry]:
+    """The reference, then every wrong and adversarial entry, in file order."""
+    entries = [Entry("reference", "reference", assignment.reference, "the instructor's solution")]
+    for kind in ("wrong", "adversarial"):
+        path = corpus / f"{kind}.toml"
+        if not path.exists():
+            continue
+        try:
+            table = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise CorpusError(f"{path}: {exc}") from None
+        for name, spec in table.items():
+            where = f"{path.name} [{name}]"
+            if not isinstance(spec, dict):
+                raise CorpusError(f"{where}: not a table")
+            file = corpus / spec.get("file", f"{kind}/{name}.py")
+            if not file.is_file():
+                raise CorpusError(f"{where}: no file {_rel(file)}")
+            fast = bool(spec.get("fast", False))
+            if kind == "wrong":
+                fails = spec.get("fails")
+                if not isinstance(fails, list) or not fails:
+                    raise CorpusError(f"{where}: `fails` must list the areas it must fail")
+                unknown = sorted(set(fails) - set(assignment.areas))
+                if unknown:
+                    raise CorpusError(f"{where}: unknown areas {unknown}")
+                entries.append(Entry(kind, name, file, str(spec.get("bug", "")), tuple(fails), fast=fast))
+            else:
+                if "deserves" not in spec:
+                    raise CorpusError(f"{where}: `deserves` is missing")
+                deserves = _points(spec["deserves"], where)
+                without = _points(spec.get("deserves_without_privilege_drop", spec["deserves"]), where)
+                entries.append(Entry(kind, name, file, str(spec.get("trick", "")), deserves=deserves,
+                                     deserves_without_drop=without, fast=fast))
+    return entries
+
+
+def select(entries: list[Entry], only: list[str] | None = None, fast: bool = False) -> list[Entry]:
+    """--only NAME (a name or kind/name) or --fast; unknown names are a CorpusError."""
+    if only:
+        names = set(only)
+        known = {e.name for e in entries} | {e.label for e in entries}
+        unknown = sorted(names - known)
+        if unknown:
+            raise CorpusError(f"no corpus entry named {', '.join(unknown)}")
+        return [e for e in entries if e.name in names or e.label in names]
+    if fast:
+        wrong = [e for e in entries if e.kind == "wrong"]
+        wrong = [e for e in wrong if e.fast] or wrong[:FAST_WRONG]
+        return [e for e in entries if e.kind == "reference" or e in wrong
+                or (e.kind == "adversarial" and e.fast)]
+    return list(entries)
+
+
+# -- the matrix -------------------------------------------------------------------
+def columns(assignment: Assignment, device: str) -> list[str]:
+    """The rubric areas graded on this device, in rubric order."""
+    return [name for name, area in assignment.areas.items() if area.applies_on(device)]
+
+
+def area_passed(report: dict, cols: list[str]) -> dict[str, bool]:
+    """True where the area earned all its points (a gated area did not)."""
+    areas = report.get("extra_data", {}).get("areas", {})
+    out = {}
+    for name in cols:
+        a = areas.get(name) or {}
+        try:
+            out[name] = bool(a.get("graded")) and float(a["score"]) >= float(a["points"]) - EPS
+        except (KeyError, TypeError, ValueError):
+            out[name] = False
+    return out
+
+
+def allowed_score(entry: Entry, report: dict | None) -> float | None:
+    """The most an adversarial entry may score under the isolation the report says was in force."""
+    sandbox = (report or {}).get("extra_data", {}).get("sandbox") or {}
+    return entry.deserves if sandbox.get("privilege_drop") is True else entry.deserves_without_drop
+
+
+def expectations(entry: Entry, cols: list[str], allowed: float | None = None) -> dict[str, str | None]:
+    if entry.kind == "reference":
+        return {a: "pass" for a in cols}
+    if entry.kind == "wrong":
+        return {a: "fail" if a in entry.fails else "pass" for a in cols}
+    if allowed is not None and allowed <= EPS:
+        return {a: "fail" for a in cols}
+    return {a: None for a in cols}     # only the total is judged
+
+
+def cell(expected: str | None, passed: bool) -> str:
+    """ok, MISS (must fail, passed), EXTRA (must pass, failed), or the bare outcome."""
+    if expected is None:
+        return "pass" if passed else "fail"
+    if expected == "fail":
+        return "MISS" if passed else "ok"
+    return "ok" if passed else "EXTRA"
+
+
+def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: str | None = None,
+          schema_problems: list[str] = (), leftovers: list[str] = (), device: str | None = None) -> Row:
+    """Everything wrong with one grading, from its report and what was seen around it."""
+    row = Row(entry)
+    if grade_error:
+        row.problems.append(grade_error)
+    row.problems += [f"report does not match the schema: {p}" for p in schema_problems]
+    row.problems += [f"left running after its grading: {p}" for p in leftovers]
+    if entry.kind == "wrong":
+        elsewhere = sorted(set(entry.fails) - set(cols))
+        if elsewhere:
+            row.notes.append(f"not graded here: {', '.join(elsewhere)}")
+    if report is None:
+        row.expected = expectations(entry, cols, entry.deserves)
+        if not grade_error:
+            row.problems.append("no report")
+        return row
+    extra = report.get("extra_data", {})
+    row.privilege_drop = (extra.get("sandbox") or {}).get("privilege_drop")
+    row.score, row.max_score = report.get("score"), report.get("max_score")
+    if device and (extra.get("environment") or {}).get("device") != device:
+        row.problems.append(f"graded on {(extra.get('environment') or {}).get('device')}, not {device}")
+    missing = [a for a in cols if a not in extra.get("areas", {})]
+    if missing:
+        row.problems.append(f"report lacks areas {missing}")
+    row.allowed = allowed_score(entry, report) if entry.kind == "adversarial" else None
+    row.expected = expectations(entry, cols, row.allowed)
+    row.passed = area_passed(report, cols)
+    row.cells = {a: cell(row.expected[a], row.passed[a]) for a in cols}
+    if entry.kind == "reference":
+        if not isinstance(row.score, (int, float)) or row.score < (row.max_score or 0) - EPS:
+            row.problems.append(f"the reference scored {row.score} of {row.max_score}")
+    elif entry.kind == "wrong":
+        row.problems += [f"passes {a}, which it must fail" for a in cols if row.cells[a] == "MISS"]
+        row.problems += [f"fails {a}, which it must pass" for a in cols if row.cells[a] == "EXTRA"]
+    elif row.allowed is not None:
+        if not isinstance(row.score, (int, float)) or row.score > row.allowed + EPS:
+            row.problems.append(f"scored {row.score}, deserves at most {row.allowed:g}")
+    if extra.get("problem"):
+        row.notes.append(str(extra["problem"])[:200])
+    return row
+
+
+def render(rows: list[Row], cols: list[str]) -> str:
+    head = ["submission", *cols, "score", "wall"]
+    body = []
+    for r in rows:
+        score = "-" if r.score is None else f"{r.score:g}/{r.max_score:g}"
+        if r.entry.kind == "adversarial" and r.score is not None:
+            score += f" (<= {r.allowed:g})" if r.allowed is not None else " (any)"
+        cells = [r.cells.get(a, "-") for a in cols] if not r.skipped else ["skip"] * len(cols)
+        body.append([r.entry.label + (" !" if r.problems else ""), *cells, score, f"{r.wall_s:.1f} s"])
+    width = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
+    lines = ["  ".join(x[i].ljust(width[i]) for i in range(len(head))).rstrip() for x in [head, *body]]
+    lines.insert(1, "  ".join("-" * w for w in width))
+    for r in rows:
+        for p in r.problems:
+            lines.append(f"! {r.entry.label}: {p}")
+    return "\n".join(lines)
+
+
+# -- checks around a grading -------------------------------------------------------
+def schema_problems(report: dict) -> list[str]:
+    try:
+        import jsonschema
+    except ImportError:
+        return ["jsonschema is not installed, so reports cannot be checked"]
+    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text()))
+    return [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message[:200]}"
+            for e in validator.iter_errors(report)][:10]
+
+
+def _describe(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        cmd = "?"
+    return f"pid {pid} ({cmd[:120]})"
+
+
+def _alive(pid: int) -> bool:
+    """In /proc and not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def processes_of(uid: int) -> set[int]:
+    """Processes with uid as any of their real, effective, saved or file-system uids."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                uids = next(line for line in f if line.startswith("Uid:")).split()[1:]
+        except (OSError, StopIteration):
+            continue
+        if str(uid) in uids:
+            found.add(int(entry))
+    return found
+
+
+def stray_processes(uid: int | None, root: int | None = None) -> list[int]:
+    """Live processes of the workers' uid, and live descendants of root (default: us)."""
+    root = os.getpid() if root is None else root
+    found = set(descendants(root))
+    if uid is not None:
+        found |= processes_of(uid)
+    found.discard(os.getpid())
+    return sorted(p for p in found if _alive(p))
+
+
+def leftovers_after(uid: int | None) -> list[str]:
+    """What a grading left running once its command returned, then killed so the next starts clean."""
+    end = time.monotonic() + SETTLE_S
+    while True:
+        reap_children()
+        strays = stray_processes(uid)
+        if not strays or time.monotonic() > end:
+            break
+        time.sleep(0.1)
+    seen = [_describe(p) for p in strays]
+    for pid in strays:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    time.sleep(0.2)
+    reap_children()
+    return seen
+
+
+# -- running -------------------------------------------------------------------------
+def grade_entry(entry: Entry, assignment: Assignment, device: str, report_path: Path,
+                log_path: Path, drop_privileges: bool = True, timeout: float | None = None
+                ) -> tuple[dict | None, str | None, float]:
+    """(report or None, why there is none or the command failed, wall seconds)."""
+    timeout = timeout or 2 * assignment.time_budget_s + 900
+    report_path.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "grader", "grade", "--assignment", str(assignment.folder),
+           "--submission", str(entry.file), "--report", str(report_path), "--device", device, "--quiet"]
+    if not drop_privileges:
+        cmd.append("--no-privilege-drop")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    t0 = time.monotonic()
+    error = None
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for pid in [proc.pid, *descendants(proc.pid)]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            proc.wait()
+            code = None
+            error = f"the grader did not finish within {timeout:.0f} s"
+    wall = time.monotonic() - t0
+    if code not in (0, None):
+        error = f"the grader exited with status {code} (log: {_rel(log_path)})"
+    try:
+        report = json.loads(report_path.read_text())
+    except (OSError, ValueError) as exc:
+        return None, error or f"no readable report ({exc.__class__.__name__})", wall
+    return (report if isinstance(report, dict) else None), error, wall
+
+
+def run(assignment: Assignment, entries: list[Entry], device: str, out: Path,
+        drop_privileges: bool = True, echo=print) -> tuple[list[Row], float]:
+    become_subreaper()
+    cols = columns(assignment, device)
+    reports_dir = out.parent / f"{out.stem}-reports"
+    reports_dir.mkdir(parents=True, exist_ok=True)
+    rows: list[Row] = []
+    t0 = time.monotonic()
+    for i, entry in enumerate(entries, 1):
+        prefix = f"[{i}/{len(entries)}] {entry.label}"
+        if entry.kind == "wrong" and not set(entry.fails) & set(cols):
+            row = Row(entry, expected=expectations(entry, cols),
+                      skipped=f"fails only areas not graded on {device}")
+            rows.append(row)
+            echo(f"{prefix}: skipped ({row.skipped})")
+            continue
+        stem = f"{entry.kind}-{entry.name}"
+        report_path, log_path = reports_dir / f"{stem}.json", reports_dir / f"{stem}.log"
+        report, error, wall = grade_entry(entry, assignment, device, report_path, log_path, drop_privileges)
+        uid = ((report or {}).get("extra_data", {}).get("sandbox") or {}).get("uid")
+        strays = leftovers_after(uid if isinstance(uid, int) else None)
+        row = judge(entry, report, cols, grade_error=error, device=device, leftovers=strays,
+                    schema_problems=schema_problems(report) if report is not None else [])
+        row.wall_s, row.report_path = wall, _rel(report_path)
+        rows.append(row)
+        score = "no report" if row.score is None else f"{row.score:g}/{row.max_score:g}"
+        echo(f"{prefix}: {score} in {wall:.1f} s" + (f"  PROBLEM: {'; '.join(row.problems)}" if row.problems else ""))
+    return rows, time.monotonic() - t0
+
+
+def write_json(path: Path, assignment: Assignment, device: str, rows: list[Row], cols: list[str],
+               total_s: float) -> None:
+    data = {"assignment": assignment.id, "device": device, "columns": cols,
+            "ok": not any(r.problems for r in rows), "total_wall_s": round(total_s, 1),
+            "rows": [r.to_json() for r in rows]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def main(args) -> int:
+    """The `validate` subcommand; args from cli.py. 0: all as expected, 1: not, 2: usage."""
+    from .run import resolve_device
+    try:
+        assignment = Assignment.load(args.assignment)
+        entries = select(load_corpus(assignment), args.only, args.fast)
+    except (CorpusError, ValueError) as exc:
+        print(f"grader validate: {exc}", file=sys.stderr)
+        return 2
+    if args.device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            print("grader validate: --device cuda asked for, but this machine has no usable CUDA device",
+                  file=sys.stderr)
+            return 2
+    device = resolve_device(args.device)
+    out = Path(args.out)
+    cols = columns(assignment, device)
+    print(f"validating {len(entries)} submissions of {assignment.id} on {device}, one at a time")
+    rows, total = run(assignment, entries, device, out, drop_privileges=not args.no_privilege_drop)
+    print()
+    print(render(rows, cols))
+    print(f"\ntotal {total:.1f} s; matrix written to {out}")
+    write_json(out, assignment, device, rows, cols, total)
+    return 1 if any(r.problems for r in rows) else 0
