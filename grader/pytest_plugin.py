@@ -50,6 +50,7 @@ class Grading:
             self._submission = Submission(self.submission_path, list(self.assignment.functions),
                                           self.device, self.confinement, self.assignment.call_timeout_s,
                                           self.assignment.time_budget_s)
+            self._submission.start()     # the worker imports while pytest collects
         return self._submission
 
     def write(self, name: str, data) -> None:
@@ -78,6 +79,8 @@ def pytest_configure(config):
         grading = Grading(config)
         config.stash[_KEY] = grading
         grading.write("sandbox.json", grading.confinement.describe())
+        if not config.option.collectonly:
+            grading.submission()
 
 
 def pytest_unconfigure(config):

@@ -206,6 +206,7 @@ class Submission:
         confinement.own(self.module)
         self.exchange = Exchange(self.scratch / "exchange", device, confinement.own)
         self._worker: Worker | None = None
+        self._greeted = False
         self.unavailable: str | None = None    # import failure: deterministic, not retried
         self.present: list[str] = []
         self.restarts = 0
@@ -216,12 +217,18 @@ class Submission:
             raise AttributeError(name)
         return lambda *args, **kwargs: self.call(name, *args, **kwargs)
 
+    def start(self) -> None:
+        """Spawn the worker now; its import overlaps whatever the caller does next."""
+        if self._worker is None and not self.unavailable:
+            self._worker = Worker(self.module, self.functions, self.device, self.conf, self.scratch)
+            self._greeted = False
+
     def _ready_worker(self) -> Worker:
         if self.unavailable:
             raise SubmissionUnavailable(self.unavailable)
-        if self._worker is None:
-            worker = Worker(self.module, self.functions, self.device, self.conf, self.scratch)
-            self._worker = worker
+        self.start()
+        worker = self._worker
+        if not self._greeted:
             try:
                 hello, _ = worker.request({}, self.timeout)
             except SandboxFailure as exc:
@@ -235,7 +242,8 @@ class Submission:
                 self._discard(None)
                 raise SubmissionUnavailable(self.unavailable)
             self.present = [f for f in hello.get("functions", []) if f in self.functions]
-        return self._worker
+            self._greeted = True
+        return worker
 
     def _discard(self, why: str | None) -> None:
         if self._worker is not None:
