@@ -6,14 +6,20 @@ ASSIGNMENT ?= assignment/l1_paged_kv_write
 SUBMISSION ?= reference/l1_paged_kv_write.py
 REPORT     ?= build/report.json
 DEVICE     ?= auto
+COURSE     ?=
+JOBS       ?=
 
-.PHONY: help venv grade test template release validate clean
+.PHONY: help venv grade test template release validate grade-all summary gradescope bench clean
 help:
 	@echo "make grade [SUBMISSION=file.py] [REPORT=out.json] [DEVICE=auto|cpu|cuda]  grade one submission"
 	@echo "make test                      the project's own tests (CPU interpreter when no GPU)"
 	@echo "make template                  regenerate student_template/ from the reference (nbgrader)"
 	@echo "make release                   the student bundle in build/release/"
 	@echo "make validate                  grade the reference and the wrong/adversarial corpus, print the kill matrix"
+	@echo "make grade-all COURSE=dir      grade a class in nbgrader's layout [DEVICE=..] [JOBS=n]"
+	@echo "make summary COURSE=dir        the class page with plots, in COURSE/summary/"
+	@echo "make gradescope                the Gradescope autograder zip in build/gradescope/"
+	@echo "make bench                     bandwidth tables on the GPU -> docs/performance.md"
 
 # The environment: reuses a working torch/triton where one is installed, else pins the CPU stack.
 $(VENV)/.runtime: requirements/runtime.txt requirements/gpu-stack.txt requirements/constraints.txt tools/make_venv.py
@@ -22,12 +28,15 @@ $(VENV)/.runtime: requirements/runtime.txt requirements/gpu-stack.txt requiremen
 $(VENV)/.nbgrader: $(VENV)/.runtime requirements/nbgrader.txt
 	$(PYTHON) tools/make_venv.py $(VENV) --with nbgrader
 	@touch $@
+$(VENV)/.instructor: $(VENV)/.nbgrader requirements/instructor.txt
+	$(PYTHON) tools/make_venv.py $(VENV) --with nbgrader --with instructor
+	@touch $@
 venv: $(VENV)/.runtime
 
 grade: $(VENV)/.runtime
 	$(PY) -m grader grade --assignment $(ASSIGNMENT) --submission $(SUBMISSION) --report $(REPORT) --device $(DEVICE)
 
-test: $(VENV)/.nbgrader
+test: $(VENV)/.instructor
 	$(PY) -m pytest tests/grader tests/assignment -q
 
 template: $(VENV)/.nbgrader
@@ -38,6 +47,20 @@ release: $(VENV)/.runtime
 
 validate: $(VENV)/.runtime
 	$(PY) -m grader validate --assignment $(ASSIGNMENT) --out build/validate.json
+
+grade-all: $(VENV)/.instructor
+	@test -n "$(COURSE)" || { echo "usage: make grade-all COURSE=dir [DEVICE=auto|cpu|cuda] [JOBS=n]"; exit 2; }
+	$(PY) -m grader grade-all --course $(COURSE) --assignment $(ASSIGNMENT) --device $(DEVICE) $(if $(JOBS),--jobs $(JOBS))
+
+summary: $(VENV)/.instructor
+	@test -n "$(COURSE)" || { echo "usage: make summary COURSE=dir"; exit 2; }
+	$(PY) -m grader summary --course $(COURSE) --assignment $(ASSIGNMENT)
+
+gradescope: $(VENV)/.runtime
+	$(PY) tools/make_gradescope.py --assignment $(ASSIGNMENT) --out build/gradescope
+
+bench: $(VENV)/.runtime
+	$(PY) bench/l1_paged_kv_write.py --out docs/performance.md
 
 clean:
 	rm -rf build

@@ -1,6 +1,7 @@
 """An assignment as data: paths, the functions a submission exposes, and the rubric."""
 from __future__ import annotations
 
+import hashlib
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +87,16 @@ class Assignment:
             if unknown:
                 raise AssignmentError(f"{path}: area {area.name} requires unknown {sorted(unknown)}")
         return assignment
+
+    def fingerprint(self) -> str:
+        """sha256 over assignment.toml and the hidden suites: a report graded under other
+        tests or another rubric is stale even when the grader's version is the same."""
+        digest = hashlib.sha256()
+        files = [self.folder / "assignment.toml", *sorted(self.hidden_tests.rglob("*.py"))]
+        for path in files:
+            digest.update(str(path.relative_to(REPO) if path.is_relative_to(REPO) else path.name).encode())
+            digest.update(path.read_bytes())
+        return digest.hexdigest()
 
     @property
     def total_points(self) -> float:

@@ -147,6 +147,8 @@ def rng(seed) -> torch.Generator:
 def reference(request):
     """The instructor solution behind the same sandbox, for comparisons made in the same run."""
     grading = _grading(request.config)
+    if not grading.assignment.reference.is_file():
+        pytest.skip("the reference solution is not installed on this machine, so nothing to compare with")
     ref = Submission(grading.assignment.reference, list(grading.assignment.functions), grading.device,
                      grading.confinement, grading.assignment.call_timeout_s)
     yield ref

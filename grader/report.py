@@ -39,7 +39,7 @@ def build(assignment: Assignment, areas: dict[str, AreaResult], results: list[Te
         if r.measure is not None:
             entry["extra_data"]["measure"] = round(r.measure, 4)
         if r.outcome != "skipped":
-            entry["status"] = "passed" if r.outcome == "passed" and r.score > 0 or r.max_score == 0 else "failed"
+            entry["status"] = "passed" if r.outcome == "passed" and (r.score > 0 or r.max_score == 0) else "failed"
         tests.append(entry)
         instructor.setdefault("tests", {})[number] = r.nodeid
     outcomes = {o: sum(r.outcome == o for r in results) for o in ("passed", "failed", "error", "crashed", "timeout", "skipped")}
@@ -55,6 +55,7 @@ def build(assignment: Assignment, areas: dict[str, AreaResult], results: list[Te
         "extra_data": {
             "grader_version": __version__,
             "assignment": assignment.id,
+            "assignment_fingerprint": assignment.fingerprint(),
             "submission": submission,
             "environment": environment,
             "sandbox": sandbox,

@@ -13,6 +13,7 @@ report says which were in force:
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import os
 import pwd
@@ -22,6 +23,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,10 +186,27 @@ class Confinement:
         }
 
 
+_UID_LOCKS: list[int] = []     # open lock files: held for this process's lifetime
+
+
 def _free_uid() -> int:
+    """A uid no process or account uses, locked so that gradings running side by side
+    never share one (each kills every process of its uid when it cleans up)."""
     used = {u for _, u in _proc_table().values()} | {p.pw_uid for p in pwd.getpwall()}
-    free = [u for u in UID_RANGE if u not in used]
-    return random.choice(free)
+    locks = Path(tempfile.gettempdir()) / "grader-uids"
+    locks.mkdir(mode=0o700, exist_ok=True)
+    candidates = [u for u in UID_RANGE if u not in used]
+    random.shuffle(candidates)
+    for uid in candidates:
+        fd = os.open(locks / str(uid), os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        _UID_LOCKS.append(fd)
+        return uid
+    raise RuntimeError("no free uid left for a sandbox worker")
 
 
 _IPC_PROBE = """

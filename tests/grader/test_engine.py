@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO, by_outcome, sandbox_processes, validate_report
+from toy_reports import REPO, by_outcome, sandbox_processes, validate_report
 
 
 def test_correct_submission_gets_full_marks(toy_report):

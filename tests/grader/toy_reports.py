@@ -1,0 +1,48 @@
+"""Helpers of the engine tests: grade the toy submissions once, check reports and leftovers."""
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+
+import jsonschema
+
+from grader.assignment import REPO, Assignment
+from grader.run import grade
+
+TOY = Assignment.load(REPO / "tests/grader/toy")
+SCHEMA = json.loads((REPO / "grader/results.schema.json").read_text())
+
+
+def validate_report(report: dict) -> None:
+    jsonschema.Draft202012Validator(SCHEMA).validate(report)
+
+
+def sandbox_processes(uid) -> list[int]:
+    """Processes still running under the worker's uid (none may outlive a grading)."""
+    if uid is None:
+        return []
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        uids = [line.split()[1] for line in status.splitlines() if line.startswith("Uid:")]
+        state = [line.split()[1] for line in status.splitlines() if line.startswith("State:")]
+        if uids and int(uids[0]) == uid and state and state[0] != "Z":
+            found.append(int(pid))
+    return found
+
+
+@lru_cache(maxsize=None)
+def _toy_report(name: str, out_dir: str) -> str:
+    path = Path(out_dir) / f"{name}.json"
+    grade(TOY, REPO / "tests/grader/toy/submissions" / f"{name}.py", path, device="cpu", seed=1234, quiet=True)
+    return path.read_text()
+
+
+def by_outcome(report: dict) -> dict[str, list[str]]:
+    result: dict[str, list[str]] = {}
+    for t in report["tests"]:
+        result.setdefault(t["extra_data"]["outcome"], []).append(t["name"])
+    return result
