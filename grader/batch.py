@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -196,7 +197,10 @@ def grade_all(course: Course, device: str, jobs: int, timeout_s: float | None = 
         futures = {pool.submit(run, job): job for job in todo}
         for future in as_completed(futures):
             job = futures[future]
-            report, why = future.result()
+            try:
+                report, why = future.result()
+            except Exception:          # the batch's own failure on one file must not stop the others
+                report, why = None, "grade-all failed on this file:\n" + traceback.format_exc()
             result.graded += 1
             if report is None:
                 result.errors += len(job.students)
@@ -295,12 +299,14 @@ def main(args) -> int:
         print("grader: --jobs must be at least 1", file=sys.stderr)
         return 2
     course = Course(root, assignment)
-    signal.signal(signal.SIGTERM, _interrupt)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         result = grade_all(course, device, jobs, args.timeout, progress=not args.no_progress)
     except KeyboardInterrupt:
         print("grade-all: interrupted; finished reports are kept, run it again to resume", file=sys.stderr)
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     csv_path = Path(args.csv) if args.csv else root / f"grades-{assignment.id}.csv"
     db_url = None if args.no_gradebook else (args.db or gradebook.default_db_url(root))
     notes = publish(course, result.rows, csv_path, db_url)

@@ -6,7 +6,7 @@
     feedback/<student>/<assignment>/feedback.md          what the student reads
 
 A report counts for a student only while it matches the submitted file's
-sha256, this grader's version and the assignment; anything else is stale.
+sha256, this grader's version and the assignment (with its suites' fingerprint); anything else is stale.
 """
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ class Course:
     def __init__(self, root: str | Path, assignment: Assignment):
         self.root = Path(root)
         self.assignment = assignment
+        self._fingerprint = assignment.fingerprint()
 
     def _folder(self, kind: str, student: str) -> Path:
         return self.root / kind / student / self.assignment.id
@@ -89,6 +90,7 @@ class Course:
         return ((extra.get("submission") or {}).get("sha256") == sha256
                 and extra.get("grader_version") == __version__
                 and extra.get("assignment") == self.assignment.id
+                and extra.get("assignment_fingerprint") == self._fingerprint
                 and (device is None or (extra.get("environment") or {}).get("device") == device))
 
     def rows(self) -> list[Row]:

@@ -15,6 +15,7 @@ import csv
 import datetime
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from .assignment import Assignment
@@ -44,10 +45,14 @@ def default_db_url(course: Path) -> str:
 
 def update(course: Course, rows: list[Row], db_url: str) -> None:
     from nbgrader.api import Grade, Gradebook
+    from sqlalchemy.exc import SAWarning
 
     assignment = course.assignment
     notebook = Path(assignment.submission).stem
-    with _scripts_on_path(), Gradebook(db_url) as gb:
+    with _scripts_on_path(), warnings.catch_warnings(), Gradebook(db_url) as gb:
+        # nbgrader's add_submission builds objects before adding them to its session, which
+        # SQLAlchemy 2 warns about on every new submission; the rows are stored all the same.
+        warnings.filterwarnings("ignore", category=SAWarning, module="nbgrader")
         gb.update_or_create_assignment(assignment.id)
         gb.update_or_create_notebook(notebook, assignment.id)
         for area in assignment.areas.values():

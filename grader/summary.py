@@ -22,13 +22,15 @@ from .assignment import Assignment, AssignmentError
 from .course import Course, Row
 
 PERFORMANCE_AREA = "performance"
+PLOTS = ("scores.png", "areas.png", "performance.png")
 TOP_HINTS = 12
 
 CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 24px auto; max-width: 1100px; color: #222; }
 h1 { font-size: 22px; } h2 { font-size: 17px; margin-top: 28px; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; margin: 8px 0; } td, th { padding: 3px 8px; border-bottom: 1px solid #eee; }
-th { text-align: left; background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+th { text-align: left; background: #f4f4f4; } td.nowrap { white-space: nowrap; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .bar { display: inline-block; height: 10px; background: #4a7fb5; vertical-align: middle; }
 .status-graded { color: #1a6b1a; } .status-missing, .status-error, .status-stale, .status-pending { color: #a33; }
 img { max-width: 100%; border: 1px solid #eee; } .note { color: #666; font-size: 12px; }
@@ -37,6 +39,8 @@ img { max-width: 100%; border: 1px solid #eee; } .note { color: #666; font-size:
 
 def build(course: Course, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
+    for name in PLOTS:             # a plot that has no data this time must not linger
+        (out / name).unlink(missing_ok=True)
     rows = course.rows()
     reports = [r for r in rows if r.report is not None and r.status in ("graded", "stale")]
     parts = [_header(course, rows, reports)]
@@ -44,12 +48,13 @@ def build(course: Course, out: Path) -> Path:
         parts.append(_scores(course, reports, out))
         parts.append(_areas(course, reports, out))
         parts.append(_performance(reports, out))
-        parts.append(_tests(reports))
         parts.append(_hints(reports))
         parts.append(_identical(reports))
     else:
         parts.append("<p>No graded submissions yet: run grade-all first.</p>")
     parts.append(_students(course, rows, out))
+    if reports:
+        parts.append(_tests(reports))      # long: last
     title = html.escape(f"{course.assignment.title}: class summary")
     page = (f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}</title>"
             f"<style>{CSS}</style></head>\n<body>\n<h1>{title}</h1>\n" + "\n".join(p for p in parts if p)
@@ -75,10 +80,14 @@ def _header(course: Course, rows: list[Row], reports: list[Row]) -> str:
     return f"<p>{html.escape(line)}</p>"
 
 
-def _figure(height: float = 3.2):
-    from matplotlib.figure import Figure     # no pyplot: no display, no global state
+def _figure(height: float = 3.2, ncols: int = 1):
+    from matplotlib.figure import Figure     # no pyplot: Agg draws the PNG, no display or global state
+    from matplotlib.ticker import MaxNLocator
     fig = Figure(figsize=(9, height), dpi=100, layout="constrained")
-    return fig, fig.subplots()
+    axes = fig.subplots(1, ncols)
+    for ax in (axes if ncols > 1 else [axes]):
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))     # counts of students
+    return fig, axes
 
 
 def _save(fig, out: Path, name: str) -> str:
@@ -121,32 +130,43 @@ def _areas(course: Course, reports: list[Row], out: Path) -> str:
 
 
 def _performance(reports: list[Row], out: Path) -> str:
-    stale = out / "performance.png"
-    areas = [r.report["extra_data"]["areas"].get(PERFORMANCE_AREA) for r in reports]
-    areas = [a for a in areas if a and a.get("graded")]
-    if not areas:
-        stale.unlink(missing_ok=True)
+    graded = [(r, r.report["extra_data"]["areas"].get(PERFORMANCE_AREA)) for r in reports]
+    graded = [(r, a) for r, a in graded if a and a.get("graded")]
+    if not graded:
         return ""
-    fig, ax = _figure()
-    ax.hist([a["score"] for a in areas], bins=15, range=(0, areas[0]["points"]), color="#b5824a",
-            edgecolor="white")
-    ax.set_xlabel(f"{PERFORMANCE_AREA} points (of {areas[0]['points']:g})")
+    measures = [statistics.median(m) for m in (_measures(r) for r, _ in graded) if m]
+    fig, axes = _figure(ncols=2 if measures else 1)
+    points = graded[0][1]["points"]
+    ax = axes[0] if measures else axes
+    ax.hist([a["score"] for _, a in graded], bins=15, range=(0, points), color="#b5824a", edgecolor="white")
+    ax.set_xlabel(f"{PERFORMANCE_AREA} points (of {points:g})")
     ax.set_ylabel("students")
-    return f"<h2>Performance ({len(areas)} graded)</h2>" + _save(fig, out, "performance.png")
+    if measures:
+        axes[1].hist(measures, bins=15, color="#b5824a", edgecolor="white")
+        axes[1].set_xlabel("measure, median over the area's tests")
+    return f"<h2>Performance ({len(graded)} graded)</h2>" + _save(fig, out, "performance.png")
+
+
+def _measures(row: Row) -> list[float]:
+    return [t["extra_data"]["measure"] for t in row.report.get("tests", [])
+            if PERFORMANCE_AREA in t.get("tags", []) and (t.get("extra_data") or {}).get("outcome") == "passed"
+            and isinstance(t["extra_data"].get("measure"), (int, float))]
 
 
 def _tests(reports: list[Row]) -> str:
     seen: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
     for r in reports:
+        areas = r.report["extra_data"].get("areas") or {}
         for t in r.report.get("tests", []):
-            if "status" not in t:          # skipped: not graded on that device
+            graded = all((areas.get(tag) or {}).get("graded") for tag in t.get("tags", []))
+            if "status" not in t or not graded:     # not graded on that device
                 continue
             key = (tuple(int(x) for x in str(t["number"]).split(".") if x.isdigit()), t["number"], t["name"])
             seen[key][0] += t["status"] == "passed"
             seen[key][1] += 1
     body = "".join(
         f"<tr><td>{html.escape(number)}</td><td>{html.escape(name)}</td><td class=num>{p}/{n}</td>"
-        f"<td><span class=bar style=\"width:{round(100 * p / n)}px\"></span> {100 * p / n:.0f}%</td></tr>"
+        f"<td class=nowrap><span class=bar style=\"width:{round(100 * p / n)}px\"></span> {100 * p / n:.0f}%</td></tr>"
         for (_, number, name), (p, n) in sorted(seen.items()))
     return ("<h2>Pass rate per hidden test</h2><table><tr><th>#</th><th>test</th><th>passed</th><th>rate</th></tr>"
             + body + "</table>")
@@ -200,7 +220,7 @@ def _students(course: Course, rows: list[Row], out: Path) -> str:
                                        _link(course.error_path(r.student), out, "error log")]))
         note = html.escape(r.note.splitlines()[0]) if r.note else ""
         body.append(f"<tr><td>{html.escape(r.student)}</td><td class=status-{r.status}>{r.status}</td>"
-                    f"<td class=num>{r.score:.1f} / {r.max_score or 0:g}</td>{cells}<td>{links}</td>"
+                    f"<td class=num>{r.score:.1f} / {r.max_score or 0:g}</td>{cells}<td class=nowrap>{links}</td>"
                     f"<td class=note>{note}</td></tr>")
     return (f"<h2>Students</h2><table><tr><th>student</th><th>status</th><th>score</th>{head}"
             f"<th>files</th><th>note</th></tr>" + "".join(body) + "</table>")

@@ -1,0 +1,183 @@
+"""grade-all over a generated class of the toy assignment: scores, feedback, the CSV,
+nbgrader's gradebook and export, and a second run that does no work."""
+import csv
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import toy_class
+from grader import batch
+from grader.assignment import REPO
+from grader.batch import grade_all, publish
+from grader.cli import main
+from grader.course import Course
+from grader.gradebook import default_db_url
+from grader.sandbox.confine import children_of
+from toy_class import validate_report
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    return toy_class.graded(tmp_path_factory)
+
+
+def test_every_student_gets_the_right_score(graded):
+    rows = {r.student: r for r in graded.first.rows}
+    assert len(rows) >= 40
+    for student, score in graded.expected.items():
+        assert rows[student].status == "graded", student
+        assert rows[student].score == score, student
+        validate_report(graded.course.read_report(student))
+    for student, why in toy_class.MISSING.items():
+        assert rows[student].status == "missing" and why in rows[student].note, student
+    assert "not a Python source file" in rows["s_binary"].note
+
+
+def test_identical_files_are_graded_once(graded):
+    result = graded.first
+    assert result.graded == graded.distinct_files
+    assert result.copied == len(graded.expected) - graded.distinct_files
+    assert result.errors == 0 and result.unchanged == 0
+
+
+def test_feedback_holds_score_areas_and_failed_hints_only(graded):
+    text = graded.course.feedback_path("s26").read_text()        # the first no_echo student
+    assert "60.00 / 90.00" in text
+    assert "| echo | 0/5 |" in text
+    assert "echo: Plain values come back unchanged**: your file has no function named 'echo'" in text
+    assert "add:" not in text.split("Tests that did not pass")[1]
+    report = graded.course.read_report("s26")
+    for secret in [str(report["extra_data"]["instructor"]["seed"]), "extra_data", "test_toy.py", "nodeid"]:
+        assert secret not in text
+    for student in toy_class.MISSING:
+        assert not graded.course.feedback_path(student).exists()
+
+
+def test_grades_csv(graded):
+    with open(graded.course.root / "grades-toy_add.csv") as f:
+        rows = {r["student_id"]: r for r in csv.DictReader(f)}
+    assert set(rows) == set(graded.expected) | set(toy_class.MISSING)
+    for student, score in graded.expected.items():
+        assert float(rows[student]["score"]) == score and rows[student]["max_score"] == "90"
+        assert rows[student]["gpu_only"] == ""          # not graded on the CPU
+    assert rows["s26"]["add"] == "60" and rows["s26"]["echo"] == "0"
+    assert rows["s_empty"]["status"] == "missing" and rows["s_empty"]["score"] == "0"
+
+
+def test_nbgrader_export_lists_every_student(graded):
+    out = graded.course.root / "export.csv"
+    nbgrader = Path(sys.executable).with_name("nbgrader")
+    env = dict(os.environ, PATH=f"{nbgrader.parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    subprocess.run([str(nbgrader), "export", "--to", str(out)], cwd=graded.course.root, env=env,
+                   check=True, capture_output=True, timeout=120)
+    with open(out) as f:
+        rows = {r["student_id"]: r for r in csv.DictReader(f)}
+    assert set(rows) == set(graded.expected) | set(toy_class.MISSING)
+    for student, score in graded.expected.items():
+        assert float(rows[student]["score"]) == score, student
+        assert rows[student]["assignment"] == "toy_add"
+        assert float(rows[student]["max_score"]) == 100.0     # every area's cell, gpu_only included
+    for student in toy_class.MISSING:
+        assert float(rows[student]["score"]) == 0.0 and rows[student]["timestamp"] == ""
+
+
+def test_gradebook_leaves_ungraded_areas_to_a_person(graded):
+    from nbgrader.api import Gradebook
+    with Gradebook(default_db_url(graded.course.root)) as gb:
+        gpu = gb.find_grade("gpu_only", "toy", "toy_add", "s00")
+        add = gb.find_grade("add", "toy", "toy_add", "s00")
+        assert gpu.auto_score is None and gpu.needs_manual_grade
+        assert add.auto_score == 60.0 and not add.needs_manual_grade
+
+
+def test_second_run_does_no_grading(graded, capsys):
+    """Through the command line, as an instructor would run it again."""
+    course = graded.course
+    before = {s: course.report_path(s).stat().st_mtime_ns for s in graded.expected}
+    code = main(["grade-all", "--course", str(course.root), "--assignment", str(REPO / "tests/grader/toy"),
+                 "--device", "cpu", "--no-progress"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "0 gradings run" in out and f"{len(graded.expected)} unchanged" in out
+    assert "s_wrong_name: missing: no toy.py in the submission folder (found solution.py)" in out
+    assert {s: course.report_path(s).stat().st_mtime_ns for s in graded.expected} == before
+
+
+def test_a_lost_report_comes_back_from_an_identical_file(graded):
+    course = graded.course
+    course.report_path("s05").unlink()
+    result = grade_all(course, "cpu", jobs=1, progress=False)
+    assert (result.graded, result.copied) == (0, 1)
+    assert course.read_report("s05")["score"] == 90.0
+
+
+def test_a_grading_without_a_report_is_an_error_row(tmp_path):
+    student = "s1"
+    folder = tmp_path / "submitted" / student / "toy_add"
+    folder.mkdir(parents=True)
+    shutil.copy(toy_class.SUBMISSIONS / "good.py", folder / "toy.py")
+    course = Course(tmp_path, toy_class.TOY)
+    result = grade_all(course, "cpu", jobs=1, timeout_s=0.5, progress=False)
+    publish(course, result.rows, tmp_path / "grades.csv", default_db_url(tmp_path))
+    (row,) = result.rows
+    assert row.status == "error" and row.score == 0 and "did not finish within" in row.note
+    assert result.errors == 1 and not course.report_path(student).exists()
+    assert not list(course.report_path(student).parent.glob(".report*"))
+    assert not course.feedback_path(student).exists()
+    assert "error" in (tmp_path / "grades.csv").read_text()
+    from nbgrader.api import Gradebook
+    with Gradebook(default_db_url(tmp_path)) as gb:
+        assert gb.find_submission("toy_add", student).score == 0.0
+        assert gb.find_grade("add", "toy", "toy_add", student).needs_manual_grade
+
+
+def test_one_worker_per_gpu(monkeypatch):
+    monkeypatch.setattr(batch, "visible_gpus", lambda: ["2", "5", "7"])
+    assert batch.default_jobs("cuda") == 3
+    assert batch.slots("cuda", 3) == [{"CUDA_VISIBLE_DEVICES": g} for g in ("2", "5", "7")]
+    assert batch.slots("cpu", 2) == [{}, {}]
+
+
+def test_missing_course_folder_is_a_usage_error(tmp_path, capsys):
+    code = main(["grade-all", "--course", str(tmp_path / "none"), "--assignment", str(REPO / "tests/grader/toy"),
+                 "--device", "cpu"])
+    assert code == 2 and "no submitted/ folder" in capsys.readouterr().err
+
+
+def test_sigterm_stops_the_batch_keeping_no_partial_report(tmp_path):
+    folder = tmp_path / "submitted" / "s1" / "toy_add"
+    folder.mkdir(parents=True)
+    shutil.copy(toy_class.SUBMISSIONS / "good.py", folder / "toy.py")
+    proc = subprocess.Popen([sys.executable, "-m", "grader", "grade-all", "--course", str(tmp_path),
+                             "--assignment", "tests/grader/toy", "--device", "cpu", "--no-gradebook"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not children_of(proc.pid) and time.monotonic() < deadline:      # a grading has started
+        time.sleep(0.2)
+    time.sleep(2)
+    proc.terminate()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "run it again to resume" in err
+    assert not list((tmp_path / "autograded").rglob("*.json*"))
+    assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and str(tmp_path) in _cmdline(pid)]
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_feedback_keeps_names_and_hints_literal():
+    from grader.feedback import markdown
+    report = {"score": 0.0, "max_score": 10.0, "output": "**T**: 0.00 / 10.00",
+              "tests": [{"number": "1.1", "name": "wide: offsets pass 2**32", "status": "failed",
+                         "output": "use slot.to(tl.int64) * HD\nfor [T, H, D]"}]}
+    line = markdown(report, "s1").splitlines()[-1]
+    assert line == r"- **1.1 wide: offsets pass 2\*\*32**: use slot.to(tl.int64) \* HD for \[T, H, D\]"

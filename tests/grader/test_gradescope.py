@@ -1,0 +1,90 @@
+"""The Gradescope autograder zip: what it holds, and run_autograder in a folder laid out like /autograder."""
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from grader.assignment import REPO
+from toy_class import validate_report
+
+sys.path.insert(0, str(REPO / "tools"))
+import make_gradescope  # noqa: E402
+
+TOY = REPO / "tests/grader/toy"
+
+
+def unpack(zip_path: Path, root: Path) -> Path:
+    """As Gradescope does: the zip into ROOT/source, run_autograder copied to ROOT."""
+    source = root / "source"
+    with zipfile.ZipFile(zip_path) as zf:
+        zf.extractall(source)
+        for info in zf.infolist():
+            os.chmod(source / info.filename, (info.external_attr >> 16) & 0o777)
+    (root / "run_autograder").write_bytes((source / "run_autograder").read_bytes())
+    (root / "run_autograder").chmod(0o755)
+    (root / "submission").mkdir()
+    return root
+
+
+def run_autograder(root: Path) -> dict:
+    env = dict(os.environ, AUTOGRADER_ROOT=str(root), PYTHON=sys.executable)
+    proc = subprocess.run([str(root / "run_autograder")], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads((root / "results" / "results.json").read_text())
+
+
+def test_l1_zip_holds_the_grader_and_hidden_tests_but_no_reference(tmp_path):
+    first = make_gradescope.build(REPO / "assignment/l1_paged_kv_write", tmp_path / "a")
+    again = make_gradescope.build(REPO / "assignment/l1_paged_kv_write", tmp_path / "b")
+    assert first.name == "l1_paged_kv_write_autograder.zip"
+    assert first.read_bytes() == again.read_bytes(), "the zip is not reproducible"
+    with zipfile.ZipFile(first) as zf:
+        names = set(zf.namelist())
+        modes = {i.filename: (i.external_attr >> 16) & 0o777 for i in zf.infolist()}
+        reference = (REPO / "reference/l1_paged_kv_write.py").read_bytes()
+        assert all(zf.read(name) != reference for name in names)
+    assert {"setup.sh", "run_autograder", "grader/run.py", "grader/sandbox/worker.py",
+            "assignment/l1_paged_kv_write/assignment.toml", "requirements/runtime.txt"} <= names
+    assert any(n.startswith("tests/hidden/l1_paged_kv_write/test_") for n in names)
+    assert not any(n.startswith(("reference/", "tests/public/", "tests/corpus/", "student_template/"))
+                   or "__pycache__" in n for n in names)
+    assert modes["run_autograder"] == modes["setup.sh"] == 0o755
+    with_ref = make_gradescope.build(REPO / "assignment/l1_paged_kv_write", tmp_path / "c", with_reference=True)
+    assert "reference/l1_paged_kv_write.py" in zipfile.ZipFile(with_ref).namelist()
+
+
+def test_scripts_are_valid_bash(tmp_path):
+    root = unpack(make_gradescope.build(TOY, tmp_path / "zip"), tmp_path / "autograder")
+    for script in ("setup.sh", "run_autograder"):
+        subprocess.run(["bash", "-n", str(root / "source" / script)], check=True)
+
+
+def test_run_autograder_grades_the_toy_without_its_reference(tmp_path):
+    zip_path = make_gradescope.build(TOY, tmp_path / "zip")
+    assert not any("submissions/" in n for n in zipfile.ZipFile(zip_path).namelist())
+    root = unpack(zip_path, tmp_path / "autograder")
+    (root / "submission" / "toy.py").write_bytes((TOY / "submissions/good.py").read_bytes())
+    results = run_autograder(root)
+    validate_report(results)
+    assert results["score"] == results["max_score"] == 90.0
+    assert results["extra_data"]["submission"]["file"] == "toy.py"
+    if os.geteuid() == 0:
+        assert results["extra_data"]["sandbox"]["privilege_drop"] is True
+
+
+def test_run_autograder_takes_one_file_under_another_name(tmp_path):
+    root = unpack(make_gradescope.build(TOY, tmp_path / "zip"), tmp_path / "autograder")
+    (root / "submission" / "my_solution.py").write_bytes((TOY / "submissions/syntax_error.py").read_bytes())
+    results = run_autograder(root)
+    validate_report(results)
+    assert results["score"] == 0 and "does not parse" in results["extra_data"]["problem"]
+    assert len(results["tests"]) == 11       # collected without the reference in the zip
+
+
+def test_run_autograder_without_a_python_file(tmp_path):
+    root = unpack(make_gradescope.build(TOY, tmp_path / "zip"), tmp_path / "autograder")
+    (root / "submission" / "notes.txt").write_text("I ran out of time")
+    results = run_autograder(root)
+    assert results["score"] == 0 and "No toy.py was found" in results["output"]

@@ -1,0 +1,177 @@
+"""Build the Gradescope autograder zip of one assignment.
+
+    python tools/make_gradescope.py [--assignment assignment/l1_paged_kv_write] [--out build/gradescope]
+
+writes OUT/<assignment id>_autograder.zip holding setup.sh and run_autograder
+at its root, then the grader package, the assignment's own files, its hidden
+tests and the requirements, at the paths assignment.toml names (Gradescope
+unpacks it into /autograder/source). The zip is byte-for-byte reproducible.
+
+The reference solution stays out unless --with-reference: a zip carrying it
+hands the answer to anyone who can read the image. The grader needs it only
+where a hidden test compares with it in the same run, as a GPU-only
+performance area does; on Gradescope's usual machines, which have no GPU,
+such areas are not graded. For an image with a GPU, build --with-reference:
+the grader closes the reference's folder to the uid that runs student code.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+REQUIREMENTS = ("requirements/runtime.txt", "requirements/gpu-stack.txt", "requirements/constraints.txt")
+FIXED_TIME = (1980, 1, 1, 0, 0, 0)
+
+SETUP_SH = """\
+#!/usr/bin/env bash
+# Gradescope runs this once, from the unpacked zip, when it builds the autograder image.
+# The grader needs Python 3.11 or newer. To grade on a GPU the image must already have a
+# CUDA build of torch and triton: they are kept as they are and only the small extras are
+# added. Without them this installs the pinned stack from requirements/constraints.txt;
+# on a machine without a GPU the kernels then run in Triton's CPU interpreter.
+set -euo pipefail
+cd "$(dirname "$0")"
+PYTHON="${PYTHON:-python3}"
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    echo "setup.sh: the grader needs Python 3.11 or newer; choose a base image that has it" >&2
+    exit 1
+fi
+if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
+    apt-get update && apt-get install -y python3-pip
+fi
+# The image serves this grader alone, so pip may install into the system Python.
+export PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+if "$PYTHON" -c 'import torch, triton, triton.language' 2>/dev/null; then
+    "$PYTHON" -m pip install -r requirements/runtime.txt
+else
+    "$PYTHON" -m pip install -c requirements/constraints.txt -r requirements/gpu-stack.txt -r requirements/runtime.txt
+fi
+"""
+
+RUN_AUTOGRADER = """\
+#!/usr/bin/env bash
+# Gradescope runs this once per submission, as root. The grader drops privileges by itself:
+# the student's code runs in worker processes under a spare uid (results.json's
+# extra_data.sandbox says whether that was possible here), and only the grader, which
+# never imports the submission, writes results.json.
+# AUTOGRADER_ROOT (default /autograder) and PYTHON (default python3) exist for testing.
+set -uo pipefail
+ROOT="${AUTOGRADER_ROOT:-/autograder}"
+PYTHON="${PYTHON:-python3}"
+FILE=@SUBMISSION@
+cd "$ROOT/source" || exit 1
+mkdir -p "$ROOT/results"
+src="$ROOT/submission/$FILE"
+if [ ! -f "$src" ]; then
+    # Gradescope keeps the name the student uploaded: one .py file under another name is the submission.
+    mapfile -t found < <(find "$ROOT/submission" -maxdepth 1 -type f -name '*.py')
+    if [ "${#found[@]}" -eq 1 ]; then src="${found[0]}"; fi
+fi
+if [ ! -f "$src" ]; then
+    "$PYTHON" - "$ROOT/results/results.json" "$FILE" <<'EOF'
+import json, sys
+message = f"No {sys.argv[2]} was found in your submission: upload that one file."
+with open(sys.argv[1], "w") as f:
+    json.dump({"score": 0, "output": message, "tests": []}, f)
+EOF
+    exit 0
+fi
+work="$(mktemp -d)"
+cp "$src" "$work/$FILE"
+"$PYTHON" -m grader grade --assignment @ASSIGNMENT@ --submission "$work/$FILE" \\
+    --report "$ROOT/results/results.json" --device auto --quiet
+status=$?
+rm -rf "$work"
+exit $status
+"""
+
+
+def _sources(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                  and p.suffix != ".pyc")
+
+
+def contents(assignment_dir: Path, with_reference: bool = False) -> tuple[dict, dict[str, Path]]:
+    """(assignment.toml, {path in the zip: file here})."""
+    assignment_dir = assignment_dir.resolve()
+    with open(assignment_dir / "assignment.toml", "rb") as f:
+        toml = tomllib.load(f)
+    meta = toml["assignment"]
+    files: dict[str, Path] = {}
+    for path in _sources(REPO / "grader"):
+        files[path.relative_to(REPO).as_posix()] = path
+    # The assignment folder's own files only: a folder below it may hold solutions.
+    for path in sorted(p for p in assignment_dir.iterdir() if p.is_file()):
+        files[path.relative_to(REPO).as_posix()] = path
+    for path in _sources(REPO / meta["hidden_tests"]):
+        files[path.relative_to(REPO).as_posix()] = path
+    for name in REQUIREMENTS:
+        files[name] = REPO / name
+    reference = (REPO / meta["reference"]).read_bytes()
+    leaked = [name for name, path in files.items() if path.read_bytes() == reference]
+    if leaked:
+        raise SystemExit(f"make_gradescope: the reference would be in the zip as {', '.join(leaked)}")
+    if with_reference:
+        files[meta["reference"]] = REPO / meta["reference"]
+    return toml, files
+
+
+def build(assignment_dir: Path, out: Path, with_reference: bool = False) -> Path:
+    toml, files = contents(assignment_dir, with_reference)
+    meta = toml["assignment"]
+    gpu_only = [name for name, spec in toml.get("rubric", {}).items() if spec.get("device") == "cuda"]
+    if gpu_only and not with_reference:
+        print(f"make_gradescope: no reference in the zip; on an image with a GPU, areas {', '.join(gpu_only)} "
+              f"may need it (build --with-reference)", file=sys.stderr)
+    rel = assignment_dir.resolve().relative_to(REPO).as_posix()
+    scripts = {"setup.sh": SETUP_SH,
+               "run_autograder": RUN_AUTOGRADER.replace("@SUBMISSION@", _shell_word(meta["submission"]))
+                                               .replace("@ASSIGNMENT@", _shell_word(rel))}
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / f"{meta['id']}_autograder.zip"
+    tmp = target.with_name(f".{target.name}.tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, text in scripts.items():
+            _add(zf, name, text.encode(), 0o755)
+        for name, path in sorted(files.items()):
+            _add(zf, name, path.read_bytes(), 0o644)
+    tmp.replace(target)
+    return target
+
+
+def _add(zf: zipfile.ZipFile, name: str, data: bytes, mode: int) -> None:
+    info = zipfile.ZipInfo(name, FIXED_TIME)
+    info.external_attr = (0o100000 | mode) << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    zf.writestr(info, data)
+
+
+def _shell_word(text: str) -> str:
+    if not all(c.isalnum() or c in "._-/" for c in text):
+        raise SystemExit(f"make_gradescope: {text!r} is not a plain file or folder name")
+    return text
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--assignment", type=Path, default=Path("assignment/l1_paged_kv_write"),
+                        help="folder holding assignment.toml, inside the repository")
+    parser.add_argument("--out", type=Path, default=Path("build/gradescope"), help="where the zip goes")
+    parser.add_argument("--with-reference", action="store_true",
+                        help="ship the reference, for a GPU image whose hidden tests time against it")
+    args = parser.parse_args(argv)
+    assignment = args.assignment if args.assignment.is_absolute() else REPO / args.assignment
+    out = args.out if args.out.is_absolute() else REPO / args.out
+    target = build(assignment, out, args.with_reference)
+    digest = hashlib.sha256(target.read_bytes()).hexdigest()[:12]
+    print(f"wrote {target.relative_to(REPO) if target.is_relative_to(REPO) else target} (sha256 {digest}…)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
