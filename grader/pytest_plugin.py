@@ -44,6 +44,7 @@ class Grading:
         if self.assignment.worker_memory_bytes:
             self.confinement.memory_limit = self.assignment.worker_memory_bytes
         self._submission: Submission | None = None
+        self._reference: Submission | None = None
 
     def submission(self) -> Submission:
         if self._submission is None:
@@ -53,12 +54,21 @@ class Grading:
             self._submission.start()     # the worker imports while pytest collects
         return self._submission
 
+    def reference(self) -> Submission | None:
+        if self._reference is None and self.assignment.reference.is_file():
+            self._reference = Submission(self.assignment.reference, list(self.assignment.functions),
+                                         self.device, self.confinement, self.assignment.call_timeout_s)
+            self._reference.start()
+        return self._reference
+
     def write(self, name: str, data) -> None:
         tmp = self.state / f".{name}.tmp"
         tmp.write_text(json.dumps(data, indent=1))
         os.replace(tmp, self.state / name)
 
     def close(self) -> None:
+        if self._reference is not None:
+            self._reference.close()
         if self._submission is not None:
             sub = self._submission
             self.write("worker.json", {"restarts": sub.restarts, "failures": sub.failures[-20:],
@@ -112,6 +122,9 @@ def pytest_collection_modifyitems(session, config, items):
             item.add_marker(pytest.mark.skip(reason=f"area {area.name} is graded only on {area.device}"))
     if problems:
         raise pytest.UsageError("hidden suite is malformed:\n" + "\n".join(problems))
+    runnable = [i for i in items if not i.get_closest_marker("skip")]
+    if not config.option.collectonly and any("reference" in i.fixturenames for i in runnable):
+        grading.reference()         # its worker imports while the other tests run
     grading.write("collected.json", [{"nodeid": i.nodeid, "area": area_of(i), "contract": contract_of(i)}
                                      for i in items])
 
@@ -146,13 +159,10 @@ def rng(seed) -> torch.Generator:
 @pytest.fixture(scope="session")
 def reference(request):
     """The instructor solution behind the same sandbox, for comparisons made in the same run."""
-    grading = _grading(request.config)
-    if not grading.assignment.reference.is_file():
+    ref = _grading(request.config).reference()
+    if ref is None:
         pytest.skip("the reference solution is not installed on this machine, so nothing to compare with")
-    ref = Submission(grading.assignment.reference, list(grading.assignment.functions), grading.device,
-                     grading.confinement, grading.assignment.call_timeout_s)
-    yield ref
-    ref.close()
+    return ref
 
 
 _MEASURE = pytest.StashKey[float]()
