@@ -184,6 +184,17 @@ class Worker:
             return ""
 
 
+def _exchange_root() -> str | None:
+    """/dev/shm when it is a roomy tmpfs: the first read of a large sparse file is instant
+    there, and takes seconds on a disk file system. A small one (containers often get
+    64 MB) would fault when a shared tensor is touched, so it is passed over."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return "/dev/shm" if st.f_frsize * st.f_blocks >= 8 << 30 and os.access("/dev/shm", os.W_OK) else None
+
+
 class Submission:
     """Callable stand-in for the submitted module, e.g. `sub.slot_mapping(...)`."""
 
@@ -195,7 +206,7 @@ class Submission:
         self.conf = confinement
         self.timeout = timeout
         self.scratch = Path(tempfile.mkdtemp(prefix="grader-sandbox-"))
-        for sub in ("home", "triton-cache", "worker", "exchange", "submission"):
+        for sub in ("home", "triton-cache", "worker", "submission"):
             (self.scratch / sub).mkdir()
         for name in ("worker.py", "wire.py"):
             shutil.copy(HERE / name, self.scratch / "worker" / name)
@@ -204,7 +215,10 @@ class Submission:
         for path in (self.scratch, *self.scratch.iterdir()):
             confinement.own(path)
         confinement.own(self.module)
-        self.exchange = Exchange(self.scratch / "exchange", device, confinement.own)
+        # Ours, mode 0711: the worker opens the files it is given and cannot add any.
+        self.exchange_dir = Path(tempfile.mkdtemp(prefix="grader-exchange-", dir=_exchange_root()))
+        self.exchange_dir.chmod(0o711)
+        self.exchange = Exchange(self.exchange_dir, device, confinement.own)
         self._worker: Worker | None = None
         self._greeted = False
         self.unavailable: str | None = None    # import failure: deterministic, not retried
@@ -321,3 +335,4 @@ class Submission:
         self._discard(None)
         self.exchange.release()
         shutil.rmtree(self.scratch, ignore_errors=True)
+        shutil.rmtree(self.exchange_dir, ignore_errors=True)
