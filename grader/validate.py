@@ -8,7 +8,8 @@ The corpus lives in tests/corpus/: wrong.toml (`[name]`, `bug`, `fails = [areas]
 file wrong/<name>.py) and adversarial.toml (`[name]`, `trick`, `deserves` in
 points, optionally `deserves_without_privilege_drop` and `fast`, file
 adversarial/<name>.py). An area counts as passed only when it earned all its
-points, so an area gated by another one counts as failed.
+points, so an area gated by another one counts as failed. Besides its score, an
+adversarial submission must not keep any test running well past the call timeout.
 
 Each grading runs `python -m grader grade` in a subprocess, because a submission
 is judged by what the real command does, exit status and leftovers included. This
@@ -189,16 +190,27 @@ def expectations(entry: Entry, cols: list[str], allowed: float | None = None) ->
 
 
 def cell(expected: str | None, passed: bool) -> str:
-    """ok, MISS (must fail, passed), EXTRA (must pass, failed), or the bare outcome."""
+    """ok (passed, as it must), killed (failed, as it must), MISS (must fail, passed),
+    EXTRA (must pass, failed), or the bare outcome where nothing is expected."""
     if expected is None:
         return "pass" if passed else "fail"
     if expected == "fail":
-        return "MISS" if passed else "ok"
+        return "MISS" if passed else "killed"
     return "ok" if passed else "EXTRA"
 
 
+def overlong_tests(report: dict, call_timeout_s: float) -> list[float]:
+    """Durations of tests that ran well past one call's timeout. A test ends at its first
+    timeout (the worker is killed and the test fails), so only a call that kept the grader
+    waiting beyond its timeout can take this long."""
+    limit = 2 * call_timeout_s + 30
+    durations = [(t.get("extra_data") or {}).get("duration_s", 0) for t in report.get("tests", [])]
+    return sorted(d for d in durations if isinstance(d, (int, float)) and d > limit)
+
+
 def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: str | None = None,
-          schema_problems: list[str] = (), leftovers: list[str] = (), device: str | None = None) -> Row:
+          schema_problems: list[str] = (), leftovers: list[str] = (), device: str | None = None,
+          call_timeout_s: float | None = None) -> Row:
     """Everything wrong with one grading, from its report and what was seen around it."""
     row = Row(entry)
     if grade_error:
@@ -235,6 +247,11 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
     elif row.allowed is not None:
         if not isinstance(row.score, (int, float)) or row.score > row.allowed + EPS:
             row.problems.append(f"scored {row.score}, deserves at most {row.allowed:g}")
+    if entry.kind == "adversarial" and call_timeout_s:
+        slow = overlong_tests(report, call_timeout_s)
+        if slow:
+            row.problems.append(f"{len(slow)} test(s) ran past the {call_timeout_s:g} s call timeout "
+                                f"(longest {slow[-1]:.0f} s): a timeout did not hold")
     if extra.get("problem"):
         row.notes.append(str(extra["problem"])[:200])
     return row
@@ -393,7 +410,8 @@ def run(assignment: Assignment, entries: list[Entry], device: str, out: Path,
         uid = ((report or {}).get("extra_data", {}).get("sandbox") or {}).get("uid")
         strays = leftovers_after(uid if isinstance(uid, int) else None)
         row = judge(entry, report, cols, grade_error=error, device=device, leftovers=strays,
-                    schema_problems=schema_problems(report) if report is not None else [])
+                    schema_problems=schema_problems(report) if report is not None else [],
+                    call_timeout_s=assignment.call_timeout_s)
         row.wall_s, row.report_path = wall, _rel(report_path)
         rows.append(row)
         score = "no report" if row.score is None else f"{row.score:g}/{row.max_score:g}"

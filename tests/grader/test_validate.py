@@ -1,0 +1,248 @@
+"""The kill matrix (grader/validate.py): its logic on hand-made reports, and one real
+run of the quick adversarial submissions through the grader."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from grader import validate as v                      # noqa: E402
+from grader.assignment import Assignment               # noqa: E402
+from grader.report import build                         # noqa: E402
+from grader.scoring import TestResult, score            # noqa: E402
+
+ASSIGNMENT = Assignment.load(REPO / "assignment" / "l1_paged_kv_write")
+CPU = v.columns(ASSIGNMENT, "cpu")
+QUICK = ["sys_exit_at_import", "patch_pytest_reports", "tensor_subclass", "pickle_payload"]
+
+
+def report(passed=(), partial=(), drop=True, uid=61234, device="cpu"):
+    """A report as the grader writes it: areas in `passed` earn all their points,
+    areas in `partial` half of them, the rest nothing."""
+    results = []
+    for name in ASSIGNMENT.areas:
+        outcomes = ["passed", "passed"] if name in passed else ["passed", "failed"] if name in partial \
+            else ["failed", "failed"]
+        results += [TestResult(f"test_{name}.py::t{i}", name, "contract", o) for i, o in enumerate(outcomes)]
+    areas = score(ASSIGNMENT, results, device)
+    sandbox = {"privilege_drop": drop, "uid": uid if drop else None}
+    return build(ASSIGNMENT, areas, results, submission={"file": "x.py", "sha256": "0" * 64, "bytes": 1},
+                 environment={"device": device, "device_name": "cpu", "python": "3", "torch": "t",
+                              "triton": "t", "triton_interpreter": device == "cpu"},
+                 sandbox=sandbox, phases={"total_s": 1.0}, instructor={"seed": 1})
+
+
+def entry(kind="wrong", name="bug", fails=(), deserves=None, without=None):
+    return v.Entry(kind, name, Path(f"{name}.py"), fails=tuple(fails), deserves=deserves,
+                   deserves_without_drop=without)
+
+
+ALL = set(ASSIGNMENT.areas)
+REFERENCE = entry("reference", "reference")
+
+
+# -- areas, cells, expectations ---------------------------------------------------------
+def test_columns_leave_out_areas_of_another_device():
+    assert "performance" not in CPU and "write" in CPU
+    assert "performance" in v.columns(ASSIGNMENT, "cuda")
+
+
+def test_an_area_passes_only_with_all_its_points():
+    got = v.area_passed(report(passed={"write", "slot_mapping"}, partial={"padding"}), CPU)
+    assert got["slot_mapping"] is True and got["padding"] is False and got["validation"] is False
+    # write requires policy, which failed: its tests passed but it earned nothing
+    assert got["write"] is False
+
+
+def test_cells():
+    assert [v.cell("fail", False), v.cell("fail", True), v.cell("pass", True), v.cell("pass", False)] == \
+        ["killed", "MISS", "ok", "EXTRA"]
+    assert [v.cell(None, True), v.cell(None, False)] == ["pass", "fail"]
+
+
+def test_expectations():
+    assert set(v.expectations(REFERENCE, CPU).values()) == {"pass"}
+    wrong = v.expectations(entry(fails=["padding", "performance"]), CPU)
+    assert wrong["padding"] == "fail" and wrong["write"] == "pass" and "performance" not in wrong
+    assert set(v.expectations(entry("adversarial", deserves=0), CPU, 0.0).values()) == {"fail"}
+    assert set(v.expectations(entry("adversarial", deserves=5), CPU, 5.0).values()) == {None}
+
+
+# -- judging one grading ------------------------------------------------------------------
+def test_reference_at_full_marks_is_fine():
+    row = v.judge(REFERENCE, report(passed=ALL), CPU, device="cpu")
+    assert row.problems == [] and set(row.cells.values()) == {"ok"}
+
+
+def test_reference_below_full_marks_is_a_problem():
+    row = v.judge(REFERENCE, report(passed=ALL - {"padding"}), CPU)
+    assert row.cells["padding"] == "EXTRA"
+    assert any("reference scored" in p for p in row.problems)
+
+
+def test_wrong_submission_killed_exactly_where_expected():
+    row = v.judge(entry(fails=["padding"]), report(passed=ALL - {"padding"}), CPU)
+    assert row.problems == [] and row.cells["padding"] == "killed" and row.cells["write"] == "ok"
+
+
+def test_wrong_submission_miss_and_extra():
+    row = v.judge(entry(fails=["padding", "validation"]), report(passed=ALL - {"padding", "write"}), CPU)
+    assert row.cells["validation"] == "MISS" and row.cells["write"] == "EXTRA"
+    assert "passes validation, which it must fail" in row.problems
+    assert "fails write, which it must pass" in row.problems
+
+
+def test_wrong_submission_notes_areas_not_graded_here():
+    row = v.judge(entry(fails=["performance", "write"]), report(passed=ALL - {"write", "performance"}), CPU)
+    assert row.problems == [] and any("performance" in n for n in row.notes)
+
+
+def test_adversarial_scoring_more_than_it_deserves():
+    bad = v.judge(entry("adversarial", deserves=0, without=0), report(passed={"slot_mapping"}), CPU)
+    assert bad.cells["slot_mapping"] == "MISS"
+    assert any("deserves at most 0" in p for p in bad.problems)
+    good = v.judge(entry("adversarial", deserves=0, without=0), report(), CPU)
+    assert good.problems == [] and good.score == 0
+
+
+def test_adversarial_allowance_follows_the_privilege_drop():
+    e = entry("adversarial", deserves=0, without=None)        # deserves_without_privilege_drop = "any"
+    assert v.judge(e, report(passed={"slot_mapping"}, drop=False), CPU).problems == []
+    assert v.judge(e, report(passed={"slot_mapping"}, drop=True), CPU).problems != []
+
+
+def test_an_adversarial_test_running_past_the_call_timeout_is_a_problem():
+    rep = report()
+    rep["tests"][0]["extra_data"]["duration_s"] = 155.0
+    e = entry("adversarial", deserves=0, without=0)
+    assert v.overlong_tests(rep, 60) == [155.0]
+    assert any("past the 60 s call timeout" in p for p in v.judge(e, rep, CPU, call_timeout_s=60).problems)
+    assert v.judge(e, rep, CPU, call_timeout_s=100).problems == []
+    # a slow but honest wrong submission is judged on its areas only
+    assert v.judge(entry(fails=sorted(ALL)), rep, CPU, call_timeout_s=60).problems == []
+
+
+def test_grader_failures_and_leftovers_are_problems():
+    row = v.judge(REFERENCE, None, CPU, grade_error="the grader exited with status 1")
+    assert row.problems == ["the grader exited with status 1"]
+    assert v.judge(REFERENCE, None, CPU).problems == ["no report"]
+    row = v.judge(REFERENCE, report(passed=ALL), CPU, leftovers=["pid 7 (python worker.py)"],
+                  schema_problems=["score: -1 is less than the minimum of 0"])
+    assert len(row.problems) == 2
+    row = v.judge(REFERENCE, report(passed=ALL, device="cpu"), CPU, device="cuda")
+    assert any("graded on cpu" in p for p in row.problems)
+
+
+def test_render_shows_every_row_and_problem():
+    rows = [v.judge(REFERENCE, report(passed=ALL), CPU),
+            v.judge(entry(fails=["padding"]), report(passed=ALL), CPU)]
+    text = v.render(rows, CPU)
+    assert "reference" in text and "wrong/bug !" in text and "MISS" in text
+    assert "! wrong/bug: passes padding, which it must fail" in text
+
+
+# -- reports against the schema -------------------------------------------------------------
+def test_schema_accepts_a_built_report_and_rejects_a_broken_one():
+    pytest.importorskip("jsonschema")
+    good = report(passed={"slot_mapping"})
+    assert v.schema_problems(good) == []
+    broken = dict(good, score=-1)
+    del broken["tests"]
+    assert len(v.schema_problems(broken)) == 2
+
+
+# -- the corpus files ---------------------------------------------------------------------
+def write_corpus(tmp_path, wrong="", adversarial=""):
+    for kind, text in (("wrong", wrong), ("adversarial", adversarial)):
+        (tmp_path / kind).mkdir()
+        (tmp_path / f"{kind}.toml").write_text(text)
+        for line in text.splitlines():
+            if line.startswith("["):
+                (tmp_path / kind / f"{line.strip('[]')}.py").write_text("def reshape_and_cache(): pass\n")
+    return tmp_path
+
+
+def test_load_corpus_reads_both_files(tmp_path):
+    corpus = write_corpus(tmp_path, '[a]\nbug = "x"\nfails = ["padding"]\n[b]\nfails = ["write"]\nfast = true\n',
+                          '[c]\ndeserves = 0\ntrick = "t"\n[d]\ndeserves = 0\n'
+                          'deserves_without_privilege_drop = "any"\nfast = true\n')
+    entries = v.load_corpus(ASSIGNMENT, corpus)
+    assert [e.label for e in entries] == ["reference", "wrong/a", "wrong/b", "adversarial/c", "adversarial/d"]
+    c, d = entries[3], entries[4]
+    assert (c.deserves, c.deserves_without_drop, d.deserves_without_drop) == (0.0, 0.0, None)
+    assert entries[1].fails == ("padding",) and entries[1].note == "x"
+    assert [e.label for e in v.select(entries, fast=True)] == ["reference", "wrong/b", "adversarial/d"]
+    assert [e.label for e in v.select(entries, only=["a", "adversarial/c"])] == ["wrong/a", "adversarial/c"]
+    with pytest.raises(v.CorpusError):
+        v.select(entries, only=["nope"])
+
+
+@pytest.mark.parametrize("wrong,adversarial,why", [
+    ('[a]\nbug = "x"\n', "", "fails"),
+    ('[a]\nfails = ["speed"]\n', "", "unknown areas"),
+    ("", "[c]\ntrick = 't'\n", "deserves"),
+    ("", "[c]\ndeserves = -1\n", "points"),
+    ("", "[c]\ndeserves = 0\ndeserves_without_privilege_drop = 'some'\n", "points"),
+])
+def test_load_corpus_rejects_malformed_entries(tmp_path, wrong, adversarial, why):
+    with pytest.raises(v.CorpusError, match=why):
+        v.load_corpus(ASSIGNMENT, write_corpus(tmp_path, wrong, adversarial))
+
+
+def test_load_corpus_needs_each_file(tmp_path):
+    corpus = write_corpus(tmp_path, '[a]\nfails = ["write"]\n')
+    (corpus / "wrong" / "a.py").unlink()
+    with pytest.raises(v.CorpusError, match="no file"):
+        v.load_corpus(ASSIGNMENT, corpus)
+
+
+def test_the_real_corpus_loads_and_fast_is_small():
+    entries = v.load_corpus(ASSIGNMENT)
+    fast = v.select(entries, fast=True)
+    assert fast[0].kind == "reference"
+    wrong = [e for e in fast if e.kind == "wrong"]
+    assert all(e.fast for e in wrong) or len(wrong) <= v.FAST_WRONG
+    assert {e.name for e in fast if e.kind == "adversarial"} <= set(QUICK)
+
+
+# -- processes ----------------------------------------------------------------------------
+def test_stray_processes_sees_a_descendant():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert child.pid in v.stray_processes(None)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.pid not in v.stray_processes(None)
+
+
+# -- end to end ----------------------------------------------------------------------------
+def test_quick_adversarial_submissions_score_nothing(tmp_path):
+    """The quick tricks through the real grader: 0 points, valid reports, nothing left behind."""
+    pytest.importorskip("jsonschema")
+    pwned = Path("/tmp/pwned-pickle_payload")
+    pwned.unlink(missing_ok=True)
+    out = tmp_path / "validate.json"
+    run = subprocess.run([sys.executable, "-m", "grader", "validate", "--out", str(out), "--only", *QUICK],
+                         cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert out.exists(), run.stdout[-3000:] + run.stderr[-3000:]
+    matrix = json.loads(out.read_text())
+    rows = {r["name"]: r for r in matrix["rows"]}
+    assert sorted(rows) == sorted(QUICK)
+    for name, row in rows.items():
+        assert row["score"] == 0, (name, row)
+        assert row["problems"] == [], (name, row["problems"])     # schema, leftovers, exit status
+        rep = json.loads((REPO / row["report"]).read_text())
+        assert v.schema_problems(rep) == []
+        uid = rep["extra_data"]["sandbox"].get("uid")
+        if uid is not None:
+            assert not v.processes_of(uid), name
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert not pwned.exists(), "the grader unpickled a submission's answer"
