@@ -38,6 +38,7 @@ grade: $(VENV)/.runtime
 
 test: $(VENV)/.instructor
 	$(PY) -m pytest tests/grader tests/assignment -q
+	$(PY) -m grader validate --assignment $(ASSIGNMENT) --fast --out build/validate-fast.json
 
 template: $(VENV)/.nbgrader
 	$(PY) tools/make_template.py --assignment $(ASSIGNMENT)
@@ -45,7 +46,7 @@ template: $(VENV)/.nbgrader
 release: $(VENV)/.runtime
 	$(PY) tools/make_release.py --assignment $(ASSIGNMENT) --out build/release
 
-validate: $(VENV)/.runtime
+validate: $(VENV)/.instructor
 	$(PY) -m grader validate --assignment $(ASSIGNMENT) --out build/validate.json
 
 grade-all: $(VENV)/.instructor

@@ -54,6 +54,12 @@ class Assignment:
     call_timeout_s: float
     time_budget_s: float
     worker_memory_bytes: int | None = None   # None: the confinement's default
+    protect: tuple[Path, ...] = ()           # more folders a submission must not read
+
+    def protected_paths(self) -> list[Path]:
+        """Closed to the worker's uid: the solution, the hidden suites, the repository's
+        history (which holds both) and whatever the assignment adds."""
+        return [self.reference.parent, self.hidden_tests, REPO / ".git", *self.protect]
     areas: dict[str, Area] = field(default_factory=dict)
 
     @classmethod
@@ -79,6 +85,7 @@ class Assignment:
                 call_timeout_s=float(meta.get("call_timeout_s", 60)),
                 time_budget_s=float(meta.get("time_budget_s", 900)),
                 worker_memory_bytes=int(meta["worker_memory_mb"]) << 20 if "worker_memory_mb" in meta else None,
+                protect=tuple(REPO / p for p in meta.get("protect", ())),
                 areas=areas)
         except KeyError as exc:
             raise AssignmentError(f"{path}: missing key {exc}") from None

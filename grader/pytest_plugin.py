@@ -38,13 +38,16 @@ class Grading:
         self.device = torch.device(opt("--grader-device"))
         self.seed = opt("--grader-seed")
         self.state = Path(opt("--grader-state"))
-        protect = [self.assignment.reference.parent, self.assignment.hidden_tests]
-        self.confinement = Confinement.prepare(self.device.type, protect,
-                                               want_uid=not opt("--grader-no-uid"))
-        if self.assignment.worker_memory_bytes:
-            self.confinement.memory_limit = self.assignment.worker_memory_bytes
+        self.want_uid = not opt("--grader-no-uid")
+        self.confinement = self._confinement()
         self._submission: Submission | None = None
         self._reference: Submission | None = None
+
+    def _confinement(self) -> Confinement:
+        conf = Confinement.prepare(self.device.type, self.assignment.protected_paths(), want_uid=self.want_uid)
+        if self.assignment.worker_memory_bytes:
+            conf.memory_limit = self.assignment.worker_memory_bytes
+        return conf
 
     def submission(self) -> Submission:
         if self._submission is None:
@@ -56,8 +59,9 @@ class Grading:
 
     def reference(self) -> Submission | None:
         if self._reference is None and self.assignment.reference.is_file():
+            # A confinement (and so a uid) of its own: stopping one worker sweeps its uid clean.
             self._reference = Submission(self.assignment.reference, list(self.assignment.functions),
-                                         self.device, self.confinement, self.assignment.call_timeout_s)
+                                         self.device, self._confinement(), self.assignment.call_timeout_s)
             self._reference.start()
         return self._reference
 

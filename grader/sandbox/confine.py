@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
-import json
 import os
 import pwd
 import random
@@ -147,8 +146,11 @@ class Confinement:
             conf.reason = ("on the GPU the worker keeps the grader's uid: CUDA IPC refuses to map "
                            "memory into a process of another user")
         else:
-            uid = _free_uid()
-            ok, why = _uid_can_run(uid, python, device)
+            try:
+                uid = _free_uid()
+                ok, why = _uid_can_run(uid, python, device)
+            except RuntimeError as exc:
+                uid, ok, why = None, False, str(exc)
             if ok:
                 conf.uid = uid
                 for path in protect:
@@ -200,10 +202,13 @@ def _free_uid() -> int:
     used = {u for _, u in _proc_table().values()} | {p.pw_uid for p in pwd.getpwall()}
     locks = Path(tempfile.gettempdir()) / "grader-uids"
     locks.mkdir(mode=0o700, exist_ok=True)
+    st = os.lstat(locks)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise RuntimeError(f"{locks} is not a private folder of ours; refusing to take uid locks there")
     candidates = [u for u in UID_RANGE if u not in used]
     random.shuffle(candidates)
     for uid in candidates:
-        fd = os.open(locks / str(uid), os.O_CREAT | os.O_RDWR, 0o600)
+        fd = os.open(locks / str(uid), os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -214,48 +219,15 @@ def _free_uid() -> int:
     raise RuntimeError("no free uid left for a sandbox worker")
 
 
-_IPC_PROBE = """
-import json, sys, torch
-from torch.multiprocessing.reductions import rebuild_cuda_tensor
-d = json.loads(sys.stdin.read()); b = lambda s: bytes.fromhex(s) if s is not None else None
-t = rebuild_cuda_tensor(torch.Tensor, torch.Size(d["shape"]), tuple(d["stride"]), d["offset"],
-    torch.UntypedStorage, torch.float32, d["device"], b(d["handle"]), d["storage_nbytes"],
-    d["storage_offset_bytes"], False, b(d["ref_counter_handle"]), d["ref_counter_offset"],
-    b(d["event_handle"]), d["event_sync_required"])
-assert t.sum().item() == 6.0, "wrong data through CUDA IPC"
-"""
-
-
-def _cuda_ipc_descriptor():
-    """A tensor shared by CUDA IPC, as the probe reads it (hex, not base64: no import needed)."""
-    import torch
-    from torch.multiprocessing.reductions import reduce_tensor
-    t = torch.tensor([1.0, 2.0, 3.0], device="cuda")
-    _, a = reduce_tensor(t)
-    h = lambda x: x.hex() if x is not None else None
-    return t, json.dumps({"shape": list(a[1]), "stride": list(a[2]), "offset": a[3], "device": a[6],
-                          "handle": h(a[7]), "storage_nbytes": a[8], "storage_offset_bytes": a[9],
-                          "ref_counter_handle": h(a[11]), "ref_counter_offset": a[12],
-                          "event_handle": h(a[13]), "event_sync_required": a[14]})
-
-
 def _uid_can_run(uid: int, python: str, device: str) -> tuple[bool, str]:
-    """Can uid import torch and triton here, and on the GPU, map our memory by CUDA IPC?"""
-    probe, stdin, keep = "import torch, triton", None, None
-    if device == "cuda":
-        keep, stdin = _cuda_ipc_descriptor()
-        probe = "import triton, torch; print('imported', flush=True)\n" + _IPC_PROBE
+    """Can uid import torch and triton with this interpreter (its files may be out of reach)?"""
     try:
-        r = subprocess.run([python, "-s", "-c", probe], user=uid, group=uid, extra_groups=[],
-                           capture_output=True, text=True, timeout=120, cwd="/", input=stdin,
+        r = subprocess.run([python, "-s", "-c", "import torch, triton"], user=uid, group=uid, extra_groups=[],
+                           capture_output=True, text=True, timeout=120, cwd="/",
                            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/"})
     except (OSError, subprocess.SubprocessError) as exc:
         return False, str(exc)
-    del keep
     if r.returncode == 0:
         return True, ""
-    if device == "cuda" and "imported" in r.stdout:
-        return False, ("CUDA IPC does not map the grader's GPU memory into a process of another "
-                       "user; the driver refuses it")
     errors = [l for l in r.stderr.splitlines() if "Error" in l] or r.stderr.strip().splitlines() or [""]
     return False, errors[-1][:300]

@@ -125,10 +125,9 @@ class Worker:
             rss = private_rss(self.proc.pid)
             if rss > self.conf.memory_limit:
                 raise WorkerCrashed(f"used {rss / 2**30:.1f} GiB of memory, over the "
-                                    f"{self.conf.memory_limit / 2**30:.0f} GiB limit")
-        self.sock.settimeout(max(1.0, deadline - time.monotonic()))
+                                    f"{self.conf.memory_limit / 2**30:.1f} GiB limit")
         try:
-            return wire.recv(self.sock)
+            return wire.recv(self.sock, deadline=max(deadline, time.monotonic() + 1.0))
         except socket.timeout:
             raise WorkerTimeout("the answer stopped half-way") from None
         except (EOFError, ConnectionError):

@@ -12,9 +12,11 @@ import base64
 import json
 import socket
 import struct
+import time
 
 MAX_HEADER = 16 << 20          # bytes; a larger header is a broken or hostile peer
 MAX_BLOB = 1 << 30             # one returned tensor's bytes
+MAX_TOTAL = 2 << 30            # all of one message's blobs together
 _LEN = struct.Struct("!Q")
 
 # dtypes that may cross the wire, by the name torch prints without "torch."
@@ -26,11 +28,18 @@ class WireError(Exception):
     """The peer sent something that is not a well-formed message."""
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def _recv_exact(sock: socket.socket, n: int, deadline: float | None) -> bytes:
+    """n bytes, all of them before `deadline` (time.monotonic()): a peer that trickles its
+    answer a byte at a time must not stretch the timeout read by read."""
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
     while got < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout("deadline passed while reading")
+            sock.settimeout(left)
         k = sock.recv_into(view[got:], n - got)
         if k == 0:
             raise EOFError("peer closed the connection")
@@ -45,20 +54,22 @@ def send(sock: socket.socket, header: dict, blobs: list[bytes] = ()) -> None:
         sock.sendall(blob)
 
 
-def recv(sock: socket.socket, max_blob: int = MAX_BLOB) -> tuple[dict, list[bytes]]:
-    (n,) = _LEN.unpack(_recv_exact(sock, _LEN.size))
+def recv(sock: socket.socket, max_blob: int = MAX_BLOB,
+         deadline: float | None = None) -> tuple[dict, list[bytes]]:
+    (n,) = _LEN.unpack(_recv_exact(sock, _LEN.size, deadline))
     if n > MAX_HEADER:
         raise WireError(f"header of {n} bytes exceeds the limit")
     try:
-        header = json.loads(_recv_exact(sock, n))
+        header = json.loads(_recv_exact(sock, n, deadline))
     except (ValueError, UnicodeDecodeError) as exc:
         raise WireError(f"header is not JSON: {exc}") from None
     if not isinstance(header, dict):
         raise WireError("header is not an object")
     sizes = header.pop("blobs", [])
-    if not isinstance(sizes, list) or not all(isinstance(s, int) and 0 <= s <= max_blob for s in sizes):
+    if not isinstance(sizes, list) or not all(isinstance(s, int) and 0 <= s <= max_blob for s in sizes) \
+            or sum(sizes) > MAX_TOTAL:
         raise WireError("bad blob sizes")
-    return header, [_recv_exact(sock, s) for s in sizes]
+    return header, [_recv_exact(sock, s, deadline) for s in sizes]
 
 
 def b64(data: bytes) -> str:

@@ -27,6 +27,8 @@ def _slots(submission, b: Batch, device, record_property):
 
 def _check_values(result, b: Batch, record_property):
     want = expected_slots(b)
+    if not isinstance(result, torch.Tensor):
+        fail(f"slot_mapping must return a tensor of slots, not {type(result).__name__}.")
     if tuple(result.shape) != tuple(want.shape):
         fail(f"slot_mapping must return one slot per token, shape [T] = {list(want.shape)}, "
              f"not {list(result.shape)}.")
@@ -115,6 +117,7 @@ def test_result_is_int64(index_dtype, submission, rng, device, record_property):
         f"slot_mapping returned {str(result.dtype).replace('torch.', '')}: slots must be int64 "
         "(call .long() on the gathered block numbers), because slot * H * D is computed from them "
         "and passes 2**31 on large caches.")
+    _check_values(result, b, record_property)
 
 
 def test_two_million_tokens_is_fast(submission, rng, shared, device, record_property):
