@@ -223,6 +223,7 @@ class Submission:
         self.unavailable: str | None = None    # import failure: deterministic, not retried
         self.present: list[str] = []
         self.restarts = 0
+        self.import_crashes = 0
         self.failures: list[str] = []          # instructor detail: worker deaths and log tails
 
     def __getattr__(self, name: str):
@@ -246,6 +247,9 @@ class Submission:
                 hello, _ = worker.request({}, self.timeout)
             except SandboxFailure as exc:
                 self._discard(f"while importing: {exc}")
+                self.import_crashes += 1
+                if self.import_crashes >= 2:      # twice in a row: the import itself kills it
+                    self.unavailable = f"your file stops the process while it is imported: {exc}"
                 raise type(exc)(f"while importing your file: {exc}") from None
             if not hello.get("ok"):
                 err = hello.get("error") or {}

@@ -35,11 +35,14 @@ def test_hang_that_ignores_signals_costs_only_its_own_test(toy_report):
     assert sandbox_processes(report["extra_data"]["sandbox"]["uid"]) == []
 
 
-def test_exit_at_import_scores_zero(toy_report):
+def test_exit_at_import_scores_zero_and_is_not_retried_forever(toy_report):
     report = toy_report("exits_at_import")
     validate_report(report)
     assert report["score"] == 0
-    assert all(t["extra_data"]["outcome"] in ("crashed", "skipped") for t in report["tests"])
+    outcomes = by_outcome(report)
+    assert len(outcomes["crashed"]) == 2        # after two deaths in import, no new worker is started
+    assert "stops the process while it is imported" in report["extra_data"]["problem"]
+    assert set(outcomes) == {"crashed", "failed", "skipped"}
 
 
 def test_import_error_is_the_reason_and_never_passes_a_raises_test(toy_report):
