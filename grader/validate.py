@@ -5,7 +5,8 @@ submissions, one after another, and check that each got what it must.
                               [--device auto|cpu|cuda] [--only NAME ...] [--fast]
 
 The corpus lives in tests/corpus/: wrong.toml (`[name]`, `bug`, `fails = [areas]`,
-file wrong/<name>.py) and adversarial.toml (`[name]`, `trick`, `deserves` in
+and the bug itself as `[[name.edit]]` tables, `old` -> `new` on the reference under
+its own `doc`, or else a file wrong/<name>.py) and adversarial.toml (`[name]`, `trick`, `deserves` in
 points, optionally `deserves_without_privilege_drop` and `fast`, file
 adversarial/<name>.py). An area counts as passed only when it earned all its
 points, so an area gated by another one counts as failed. Besides its score, an
@@ -18,11 +19,14 @@ is re-parented here, where /proc shows it.
 """
 from __future__ import annotations
 
+import ast
 import json
 import os
 import signal
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -100,8 +104,30 @@ def _points(value, where: str) -> float | None:
     return float(value)
 
 
-def load_corpus(assignment: Assignment, corpus: Path = CORPUS) -> list[Entry]:
-    """The reference, then every wrong and adversarial entry, in file order."""
+def mutant_source(reference: str, doc: str, edits: list, where: str) -> str:
+    """A wrong submission kept as edits of the reference, under its own docstring.
+
+    Each `old` must occur exactly once in the reference as it is now, so a mutant
+    whose edit no longer applies is an error instead of a stale copy of old code."""
+    tree = ast.parse(reference)
+    first = tree.body[0] if tree.body else None
+    has_doc = isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant) \
+        and isinstance(first.value.value, str)
+    text = "".join(reference.splitlines(True)[first.end_lineno:]) if has_doc else reference
+    for i, edit in enumerate(edits):
+        if not (isinstance(edit, dict) and isinstance(edit.get("old"), str) and isinstance(edit.get("new"), str)):
+            raise CorpusError(f"{where}: edit {i + 1} needs `old` and `new` strings")
+        count = text.count(edit["old"])
+        if count != 1:
+            raise CorpusError(f"{where}: edit {i + 1} matches the reference {count} times, not once")
+        text = text.replace(edit["old"], edit["new"])
+    return doc + text
+
+
+def load_corpus(assignment: Assignment, corpus: Path = CORPUS, mutants: Path | None = None) -> list[Entry]:
+    """The reference, then every wrong and adversarial entry, in file order. Entries given
+    as edits of the reference are written out as files under `mutants` (a private folder
+    made here when None)."""
     entries = [Entry("reference", "reference", assignment.reference, "the instructor's solution")]
     for kind in ("wrong", "adversarial"):
         path = corpus / f"{kind}.toml"
@@ -115,7 +141,13 @@ def load_corpus(assignment: Assignment, corpus: Path = CORPUS) -> list[Entry]:
             where = f"{path.name} [{name}]"
             if not isinstance(spec, dict):
                 raise CorpusError(f"{where}: not a table")
-            file = corpus / spec.get("file", f"{kind}/{name}.py")
+            if "edit" in spec:
+                mutants = mutants or Path(tempfile.mkdtemp(prefix="grader-mutants-"))
+                file = mutants / f"{name}.py"
+                file.write_text(mutant_source(assignment.reference.read_text(), str(spec.get("doc", "")),
+                                              spec["edit"], where))
+            else:
+                file = corpus / spec.get("file", f"{kind}/{name}.py")
             if not file.is_file():
                 raise CorpusError(f"{where}: no file {_rel(file)}")
             fast = bool(spec.get("fast", False))
@@ -432,10 +464,18 @@ def write_json(path: Path, assignment: Assignment, device: str, rows: list[Row],
 
 def main(args) -> int:
     """The `validate` subcommand; args from cli.py. 0: all as expected, 1: not, 2: usage."""
+    mutants = Path(tempfile.mkdtemp(prefix="grader-mutants-"))    # 0700: no worker reads them
+    try:
+        return _validate(args, mutants)
+    finally:
+        shutil.rmtree(mutants, ignore_errors=True)
+
+
+def _validate(args, mutants: Path) -> int:
     from .run import resolve_device
     try:
         assignment = Assignment.load(args.assignment)
-        entries = select(load_corpus(assignment), args.only, args.fast)
+        entries = select(load_corpus(assignment, mutants=mutants), args.only, args.fast)
     except (CorpusError, ValueError) as exc:
         print(f"grader validate: {exc}", file=sys.stderr)
         return 2

@@ -110,7 +110,6 @@ class Worker:
                                          start_new_session=True, preexec_fn=confinement.preexec)
         theirs.close()
         LIVE.add(self.proc.pid)
-        self.started = time.monotonic()
 
     def request(self, header: dict, timeout: float) -> tuple[dict, list[bytes]]:
         if header:

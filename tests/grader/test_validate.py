@@ -203,8 +203,34 @@ def test_load_corpus_needs_each_file(tmp_path):
         v.load_corpus(ASSIGNMENT, corpus)
 
 
-def test_the_real_corpus_loads_and_fast_is_small():
-    entries = v.load_corpus(ASSIGNMENT)
+TINY_REFERENCE = '''"""The reference's own docstring."""
+import torch
+
+
+def add(x):
+    return x + 1
+'''
+
+
+def test_mutant_is_the_reference_with_its_edits_under_its_own_docstring():
+    text = v.mutant_source(TINY_REFERENCE, '"""Wrong: adds two."""\n', [{"old": "x + 1", "new": "x + 2"}], "w [a]")
+    assert text == '"""Wrong: adds two."""\nimport torch\n\n\ndef add(x):\n    return x + 2\n'
+
+
+@pytest.mark.parametrize("old,why", [("x + 3", "0 times"), ("\n", "times, not once")])
+def test_mutant_edit_that_does_not_match_once_is_an_error(old, why):
+    with pytest.raises(v.CorpusError, match=why):
+        v.mutant_source(TINY_REFERENCE, "", [{"old": old, "new": "y"}], "w [a]")
+
+
+def test_the_real_corpus_loads_and_fast_is_small(tmp_path):
+    entries = v.load_corpus(ASSIGNMENT, mutants=tmp_path)
+    reference = ASSIGNMENT.reference.read_text()
+    for e in entries:       # every mutant is a real submission: it parses and differs from the reference
+        if e.kind == "wrong":
+            text = e.file.read_text()
+            compile(text, str(e.file), "exec")
+            assert text.split("import", 1)[1] != reference.split("import", 1)[1], e.name
     fast = v.select(entries, fast=True)
     assert fast[0].kind == "reference"
     wrong = [e for e in fast if e.kind == "wrong"]
