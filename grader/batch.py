@@ -113,7 +113,9 @@ class Runner:
         partial.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "grader", "grade", "--assignment", str(self.course.assignment.folder.resolve()),
                "--submission", str(job.file.resolve()), "--report", str(partial.resolve()),
-               "--device", self.device, "--quiet"]
+               "--device", self.device, "--quiet",
+               # Other students' files and reports are closed to the worker, as the hidden tests are.
+               "--protect", str(self.course.root.resolve())]
         with self.lock:
             if self.stopping:
                 return None, "interrupted"
@@ -270,7 +272,8 @@ def add_parser(sub) -> None:
     p.add_argument("--course", required=True, help="course folder holding submitted/<student>/<assignment>/")
     p.add_argument("--assignment", default="assignment/l1_paged_kv_write", help="assignment folder")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--jobs", type=int, help="gradings at once (default: one per GPU; on the CPU half the cores)")
+    p.add_argument("--jobs", type=int, help="gradings at once (default: one per GPU; on the CPU half the cores). "
+                        "On GPUs, N > GPUs shares each GPU; tests that time the kernel take turns alone")
     p.add_argument("--timeout", type=float, help="seconds one grading may take (default: 2 x time budget + 300)")
     p.add_argument("--csv", help="plain grades CSV (default: COURSE/grades-<assignment id>.csv)")
     p.add_argument("--db", help="nbgrader gradebook URL (default: sqlite:///COURSE/gradebook.db)")

@@ -27,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--seed", type=int, help="input seed (default: drawn afresh)")
     g.add_argument("--no-privilege-drop", action="store_true", help="run workers as the grader's user")
     g.add_argument("--quiet", action="store_true", help="no per-test progress")
+    g.add_argument("--protect", action="append", default=[], metavar="PATH",
+                   help="a further path closed to the submission's worker (grade-all passes the course folder)")
     v = sub.add_parser("validate", help="grade the reference and the wrong/adversarial corpus, "
                                         "print the kill matrix")
     v.add_argument("--assignment", default="assignment/l1_paged_kv_write", help="assignment folder")
@@ -36,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     pick.add_argument("--only", nargs="+", metavar="NAME", help="only these entries (name or kind/name)")
     pick.add_argument("--fast", action="store_true", help="a small subset, for `make test`")
     v.add_argument("--no-privilege-drop", action="store_true", help="run workers as the grader's user")
+    v.add_argument("--jobs", type=int, help="entries validated at once (default 1; on a GPU machine "
+                                            "spread over the GPUs, timing tests taking turns)")
+    v.add_argument("--reports-dir", help=argparse.SUPPRESS)     # where --jobs puts each entry's report
     from . import batch, summary
     batch.add_parser(sub)       # grade-all
     summary.add_parser(sub)     # summary
@@ -61,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     if report_path.is_dir():
         return _fail(f"--report {report_path} is a folder; give a file path")
     report = grade(assignment, submission, report_path, args.device, args.seed,
-                   drop_privileges=not args.no_privilege_drop, quiet=args.quiet)
+                   drop_privileges=not args.no_privilege_drop, quiet=args.quiet,
+                   protect=[Path(p) for p in args.protect])
     print()
     print(reports.terminal_table(report))
     if report["extra_data"].get("problem"):

@@ -26,6 +26,8 @@ def pytest_addoption(parser):
     group.addoption("--grader-seed", type=int, default=0)
     group.addoption("--grader-state", help="folder for the grader's own records of this run")
     group.addoption("--grader-no-uid", action="store_true", help="do not drop privileges")
+    group.addoption("--grader-protect", action="append", default=[],
+                    help="a further path the worker must not reach (e.g. the class's other submissions)")
 
 
 class Grading:
@@ -39,12 +41,14 @@ class Grading:
         self.seed = opt("--grader-seed")
         self.state = Path(opt("--grader-state"))
         self.want_uid = not opt("--grader-no-uid")
+        self.protect = [Path(p) for p in opt("--grader-protect")]
         self.confinement = self._confinement()
         self._submission: Submission | None = None
         self._reference: Submission | None = None
 
     def _confinement(self) -> Confinement:
-        conf = Confinement.prepare(self.device.type, self.assignment.protected_paths(), want_uid=self.want_uid)
+        conf = Confinement.prepare(self.device.type, self.assignment.protected_paths() + self.protect,
+                                   want_uid=self.want_uid)
         if self.assignment.worker_memory_bytes:
             conf.memory_limit = self.assignment.worker_memory_bytes
         return conf
@@ -178,6 +182,17 @@ def measure(request):
     def record(value: float) -> None:
         request.node.stash[_MEASURE] = float(value)
     return record
+
+
+@pytest.fixture(autouse=True)
+def gpu_turn(request, device):
+    """On a GPU that other gradings may share: a test that measures has it to itself."""
+    if device.type != "cuda":
+        yield
+        return
+    from . import gpu_turns
+    with gpu_turns.turn(gpu_turns.gpu_key(), exclusive="measure" in request.fixturenames):
+        yield
 
 
 @pytest.fixture

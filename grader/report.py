@@ -22,6 +22,9 @@ def build(assignment: Assignment, areas: dict[str, AreaResult], results: list[Te
     score, max_score = totals(areas)
     order = {name: i for i, name in enumerate(assignment.areas, start=1)}
     counters: dict[str, int] = {}
+    seconds: dict[str, float] = {}     # wall time of each area's tests, setup and teardown included
+    for r in results:
+        seconds[r.area] = seconds.get(r.area, 0.0) + r.duration_s
     tests = []
     for r in sorted(results, key=lambda r: order[r.area]):
         counters[r.area] = counters.get(r.area, 0) + 1
@@ -61,7 +64,8 @@ def build(assignment: Assignment, areas: dict[str, AreaResult], results: list[Te
             "sandbox": sandbox,
             "areas": {a.name: {"points": a.points, "graded": a.graded, "score": round(a.score, 4),
                                "passed": a.passed, "total": a.total, "gated_by": a.gated_by,
-                               "note": a.note} for a in areas.values()},
+                               "note": a.note, "seconds": round(seconds.get(a.name, 0.0), 3)}
+                      for a in areas.values()},
             "outcomes": outcomes,
             "phases": {k: round(v, 3) for k, v in phases.items()},
             "problem": problem,

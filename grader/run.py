@@ -69,7 +69,8 @@ def precheck(path: Path, assignment: Assignment) -> str | None:
 
 
 def grade(assignment: Assignment, submission: Path, report_path: Path, device: str = "auto",
-          seed: int | None = None, drop_privileges: bool = True, quiet: bool = False) -> dict:
+          seed: int | None = None, drop_privileges: bool = True, quiet: bool = False,
+          protect: list[Path] = ()) -> dict:
     t0 = time.monotonic()
     become_subreaper()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -86,7 +87,7 @@ def grade(assignment: Assignment, submission: Path, report_path: Path, device: s
     sandbox: dict = {}
     if problem is None:
         results, sandbox, problem = _run_suites(assignment, submission, device, seed, drop_privileges,
-                                                instructor, quiet)
+                                                instructor, quiet, protect)
     else:
         results = _collect_only(assignment, problem)
     phases["suites_s"] = time.monotonic() - t0 - phases["startup_s"]
@@ -99,7 +100,7 @@ def grade(assignment: Assignment, submission: Path, report_path: Path, device: s
 
 
 def _pytest_cmd(assignment: Assignment, submission: Path, device: str, seed: int, state: Path,
-                drop_privileges: bool, collect_only: bool) -> list[str]:
+                drop_privileges: bool, collect_only: bool, protect: list[Path] = ()) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", str(assignment.hidden_tests), "-p", "grader.pytest_plugin",
            "-p", "no:cacheprovider", "--rootdir", str(assignment.hidden_tests), "-c", os.devnull,
            "--grader-assignment", str(assignment.folder), "--grader-submission", str(submission),
@@ -108,6 +109,8 @@ def _pytest_cmd(assignment: Assignment, submission: Path, device: str, seed: int
            "-o", "console_output_style=count", "--tb=no", "-rN", "-v", "--no-header"]
     if not drop_privileges:
         cmd.append("--grader-no-uid")
+    for path in protect:
+        cmd += ["--grader-protect", str(Path(path).resolve())]
     if collect_only:
         cmd.append("--collect-only")
     return cmd
@@ -161,10 +164,10 @@ def _collect_only(assignment: Assignment, problem: str) -> list[TestResult]:
     return [TestResult(c["nodeid"], c["area"], c["contract"], "failed", problem) for c in collected]
 
 
-def _run_suites(assignment, submission, device, seed, drop_privileges, instructor, quiet):
+def _run_suites(assignment, submission, device, seed, drop_privileges, instructor, quiet, protect=()):
     state = Path(tempfile.mkdtemp(prefix="grader-"))   # 0700: no worker reads or writes it
     try:
-        cmd = _pytest_cmd(assignment, submission.resolve(), device, seed, state, drop_privileges, False)
+        cmd = _pytest_cmd(assignment, submission.resolve(), device, seed, state, drop_privileges, False, protect)
         code, tail = _pytest(cmd, quiet)
         collected = _read_json(state / "collected.json", list)
         pytest_json = _read_json(state / "pytest.json", dict) or {}

@@ -1,8 +1,8 @@
 """The kill matrix: grade the reference and the corpus of wrong and adversarial
-submissions, one after another, and check that each got what it must.
+submissions and check that each got what it must.
 
     python -m grader validate --assignment DIR --out build/validate.json
-                              [--device auto|cpu|cuda] [--only NAME ...] [--fast]
+                              [--device auto|cpu|cuda] [--only NAME ...] [--fast] [--jobs N]
 
 The corpus lives in tests/corpus/: wrong.toml (`[name]`, `bug`, `fails = [areas]`,
 and the bug itself as `[[name.edit]]` tables, `old` -> `new` on the reference under
@@ -15,7 +15,9 @@ adversarial submission must not keep any test running well past the call timeout
 Each grading runs `python -m grader grade` in a subprocess, because a submission
 is judged by what the real command does, exit status and leftovers included. This
 process is a child subreaper while it runs, so anything a grading leaves behind
-is re-parented here, where /proc shows it.
+is re-parented here, where /proc shows it. With --jobs N, N such validations of
+one entry each run at once (spread over the GPUs like grade-all's gradings), so
+that what one entry leaves behind is still found by its own subreaper.
 """
 from __future__ import annotations
 
@@ -78,6 +80,13 @@ class Row:
     report_path: str | None = None
     skipped: str | None = None
 
+    @classmethod
+    def from_json(cls, entry: Entry, d: dict) -> "Row":
+        return cls(entry, expected=d["expected"], passed=d["passed"], cells=d["cells"], score=d["score"],
+                   max_score=d["max_score"], allowed=d["deserves"], privilege_drop=d["privilege_drop"],
+                   wall_s=d["wall_s"], problems=d["problems"], notes=d["notes"], report_path=d["report"],
+                   skipped=d["skipped"])
+
     def to_json(self) -> dict:
         e = self.entry
         return {"kind": e.kind, "name": e.name, "file": _rel(e.file), "note": e.note,
@@ -124,6 +133,20 @@ def mutant_source(reference: str, doc: str, edits: list, where: str) -> str:
     return doc + text
 
 
+def gated_closure(assignment: Assignment, fails) -> tuple[str, ...]:
+    """The areas listed, plus every area that requires one of them (it is gated, so it
+    fails too), in rubric order: a wrong.toml entry names only the areas its bug breaks."""
+    failed = set(fails)
+    changed = True
+    while changed:
+        changed = False
+        for name, area in assignment.areas.items():
+            if name not in failed and failed & set(area.requires):
+                failed.add(name)
+                changed = True
+    return tuple(a for a in assignment.areas if a in failed)
+
+
 def load_corpus(assignment: Assignment, corpus: Path = CORPUS, mutants: Path | None = None) -> list[Entry]:
     """The reference, then every wrong and adversarial entry, in file order. Entries given
     as edits of the reference are written out as files under `mutants` (a private folder
@@ -158,7 +181,8 @@ def load_corpus(assignment: Assignment, corpus: Path = CORPUS, mutants: Path | N
                 unknown = sorted(set(fails) - set(assignment.areas))
                 if unknown:
                     raise CorpusError(f"{where}: unknown areas {unknown}")
-                entries.append(Entry(kind, name, file, str(spec.get("bug", "")), tuple(fails), fast=fast))
+                entries.append(Entry(kind, name, file, str(spec.get("bug", "")), gated_closure(assignment, fails),
+                                     fast=fast))
             else:
                 if "deserves" not in spec:
                     raise CorpusError(f"{where}: `deserves` is missing")
@@ -420,11 +444,18 @@ def grade_entry(entry: Entry, assignment: Assignment, device: str, report_path: 
     return (report if isinstance(report, dict) else None), error, wall
 
 
+def summary_line(row: Row) -> str:
+    if row.skipped:
+        return f"skipped ({row.skipped})"
+    score = "no report" if row.score is None else f"{row.score:g}/{row.max_score:g}"
+    return f"{score} in {row.wall_s:.1f} s" + (f"  PROBLEM: {'; '.join(row.problems)}" if row.problems else "")
+
+
 def run(assignment: Assignment, entries: list[Entry], device: str, out: Path,
-        drop_privileges: bool = True, echo=print) -> tuple[list[Row], float]:
+        drop_privileges: bool = True, echo=print, reports_dir: Path | None = None) -> tuple[list[Row], float]:
     become_subreaper()
     cols = columns(assignment, device)
-    reports_dir = out.parent / f"{out.stem}-reports"
+    reports_dir = reports_dir or out.parent / f"{out.stem}-reports"
     reports_dir.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
     t0 = time.monotonic()
@@ -434,7 +465,7 @@ def run(assignment: Assignment, entries: list[Entry], device: str, out: Path,
             row = Row(entry, expected=expectations(entry, cols),
                       skipped=f"fails only areas not graded on {device}")
             rows.append(row)
-            echo(f"{prefix}: skipped ({row.skipped})")
+            echo(f"{prefix}: {summary_line(row)}")
             continue
         stem = f"{entry.kind}-{entry.name}"
         report_path, log_path = reports_dir / f"{stem}.json", reports_dir / f"{stem}.log"
@@ -446,8 +477,50 @@ def run(assignment: Assignment, entries: list[Entry], device: str, out: Path,
                     call_timeout_s=assignment.call_timeout_s)
         row.wall_s, row.report_path = wall, _rel(report_path)
         rows.append(row)
-        score = "no report" if row.score is None else f"{row.score:g}/{row.max_score:g}"
-        echo(f"{prefix}: {score} in {wall:.1f} s" + (f"  PROBLEM: {'; '.join(row.problems)}" if row.problems else ""))
+        echo(f"{prefix}: {summary_line(row)}")
+    return rows, time.monotonic() - t0
+
+
+def run_parallel(assignment: Assignment, entries: list[Entry], device: str, out: Path, jobs: int,
+                 drop_privileges: bool = True, echo=print) -> tuple[list[Row], float]:
+    """`run`, with each entry validated by its own `validate --only` process, `jobs` at once."""
+    from concurrent.futures import ThreadPoolExecutor
+    from queue import Queue
+
+    from .batch import slots
+    reports_dir = out.parent / f"{out.stem}-reports"
+    reports_dir.mkdir(parents=True, exist_ok=True)
+    free: Queue = Queue()
+    for env in slots(device, jobs):
+        free.put(env)
+    done = []
+    t0 = time.monotonic()
+
+    def one(entry: Entry) -> Row:
+        stem = f"{entry.kind}-{entry.name}"
+        row_path, log_path = reports_dir / f"{stem}.row.json", reports_dir / f"{stem}.validate.log"
+        row_path.unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", "grader", "validate", "--assignment", str(assignment.folder),
+               "--device", device, "--only", entry.label, "--out", str(row_path),
+               "--reports-dir", str(reports_dir)] + ([] if drop_privileges else ["--no-privilege-drop"])
+        env = free.get()
+        try:
+            with open(log_path, "wb") as log:
+                subprocess.run(cmd, cwd=REPO, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
+                               stdout=log, stderr=subprocess.STDOUT)
+        finally:
+            free.put(env)
+        try:
+            row = Row.from_json(entry, json.loads(row_path.read_text())["rows"][0])
+        except (OSError, ValueError, KeyError, IndexError) as exc:
+            row = Row(entry, problems=[f"its validation left no matrix ({exc.__class__.__name__}; "
+                                       f"log: {_rel(log_path)})"])
+        done.append(row)
+        echo(f"[{len(done)}/{len(entries)}] {entry.label}: {summary_line(row)}")
+        return row
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        rows = list(pool.map(one, entries))
     return rows, time.monotonic() - t0
 
 
@@ -488,8 +561,18 @@ def _validate(args, mutants: Path) -> int:
     device = resolve_device(args.device)
     out = Path(args.out)
     cols = columns(assignment, device)
-    print(f"validating {len(entries)} submissions of {assignment.id} on {device}, one at a time")
-    rows, total = run(assignment, entries, device, out, drop_privileges=not args.no_privilege_drop)
+    jobs = args.jobs or 1
+    if jobs < 1:
+        print("grader validate: --jobs must be at least 1", file=sys.stderr)
+        return 2
+    drop = not args.no_privilege_drop
+    if jobs == 1:
+        print(f"validating {len(entries)} submissions of {assignment.id} on {device}, one at a time")
+        rows, total = run(assignment, entries, device, out, drop_privileges=drop,
+                          reports_dir=Path(args.reports_dir) if args.reports_dir else None)
+    else:
+        print(f"validating {len(entries)} submissions of {assignment.id} on {device}, {jobs} at once")
+        rows, total = run_parallel(assignment, entries, device, out, jobs, drop_privileges=drop)
     print()
     print(render(rows, cols))
     print(f"\ntotal {total:.1f} s; matrix written to {out}")

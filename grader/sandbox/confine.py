@@ -131,20 +131,24 @@ class Confinement:
     memory_limit: int = field(default_factory=default_memory_limit)
     reason: str = ""
     subreaper: bool = False
+    gpu_memory: str | None = None     # how GPU tensors reach the worker: "vmm" or "ipc" (same uid only)
 
     @classmethod
     def prepare(cls, device: str, protect: list[Path], python: str = sys.executable,
                 want_uid: bool = True) -> "Confinement":
         conf = cls(device=device, subreaper=become_subreaper())
+        if device == "cuda":
+            from . import vmm
+            conf.gpu_memory = "vmm" if vmm.available() else "ipc"
         if not want_uid:
             conf.reason = "privilege drop disabled by configuration"
         elif os.geteuid() != 0:
             conf.reason = "grader is not root: workers run as the grader's own user"
-        elif device == "cuda":
-            # Measured on the H200 runner (driver 580, torch 2.11): CUDA IPC will not map the
-            # grader's memory into a process of another uid, so the GPU worker keeps ours.
-            conf.reason = ("on the GPU the worker keeps the grader's uid: CUDA IPC refuses to map "
-                           "memory into a process of another user")
+        elif conf.gpu_memory == "ipc":
+            # Measured on the H200 runner (torch 2.11): legacy CUDA IPC will not open the grader's
+            # memory in a process of another uid ("mapping of buffer object failed").
+            conf.reason = ("the CUDA driver bindings (cuda-bindings) are missing, and torch's CUDA IPC "
+                           "refuses to map memory into a process of another user")
         else:
             try:
                 uid = _free_uid()
@@ -190,6 +194,7 @@ class Confinement:
                         "nproc": 4096 if self.uid is not None else None},
             "memory_watchdog_bytes": self.memory_limit,
             "descendants_reaped": self.subreaper,
+            "gpu_memory": self.gpu_memory,
         }
 
 
@@ -220,9 +225,11 @@ def _free_uid() -> int:
 
 
 def _uid_can_run(uid: int, python: str, device: str) -> tuple[bool, str]:
-    """Can uid import torch and triton with this interpreter (its files may be out of reach)?"""
+    """Can uid import torch and triton with this interpreter (its files may be out of reach),
+    and on the GPU, use it?"""
+    probe = "import torch, triton" + ("; torch.zeros(1, device='cuda')" if device == "cuda" else "")
     try:
-        r = subprocess.run([python, "-s", "-c", "import torch, triton"], user=uid, group=uid, extra_groups=[],
+        r = subprocess.run([python, "-s", "-c", probe], user=uid, group=uid, extra_groups=[],
                            capture_output=True, text=True, timeout=120, cwd="/",
                            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/"})
     except (OSError, subprocess.SubprocessError) as exc:

@@ -1,10 +1,12 @@
 """Tensors the worker can see: shared memory, so a call's writes land in ours.
 
 CPU: every storage that crosses is a file-backed MAP_SHARED mapping in a private
-folder; untouched pages cost nothing, so a 6.5 GB cache stays sparse. CUDA: the
-storage goes by CUDA IPC, from a memory pool of its own, so the segment the worker
-maps holds nothing but the tensors it was given (never the grader's expected
-results). Tensors allocated elsewhere are staged: copied in before the call and
+folder; untouched pages cost nothing, so a 6.5 GB cache stays sparse. CUDA: each
+storage is an allocation of its own (vmm.py), handed to the worker as a file
+descriptor, so what the worker maps holds nothing but the tensors it was given
+(never the grader's expected results) and works across uids. Without the CUDA
+driver bindings, storages go by torch's CUDA IPC from a memory pool of their own,
+which only a worker of the grader's own uid can open. Tensors allocated elsewhere are staged: copied in before the call and
 copied back after it, so views keep their strides, offsets and aliasing.
 """
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from . import vmm as vmm_module
 from . import wire
 
 
@@ -24,10 +27,13 @@ def _bytes_view(storage: torch.UntypedStorage) -> torch.Tensor:
 
 
 class Exchange:
-    def __init__(self, folder: Path, device: torch.device, chown=lambda path: None):
+    def __init__(self, folder: Path, device: torch.device, chown=lambda path: None, vmm: bool = False):
         self.folder = folder
         self.device = device
         self.chown = chown
+        self.vmm = vmm and device.type == "cuda"
+        self._allocations: dict[int, "vmm_module.Allocation"] = {}   # CUDA with vmm: by data_ptr
+        self._outgoing: dict[int, int] = {}                            # allocation id -> fd, next message
         self._names = itertools.count()
         # Registered storages by data_ptr. Each entry keeps its tensor alive, so an address
         # cannot be reused by an unrelated tensor while it is registered here.
@@ -48,6 +54,10 @@ class Exchange:
         return t
 
     def _alloc_bytes(self, nbytes: int) -> torch.Tensor:
+        if self.vmm:
+            alloc = vmm_module.Allocation(nbytes, torch.cuda.current_device())
+            self._allocations[alloc.tensor.data_ptr()] = alloc
+            return alloc.tensor
         if self.device.type == "cuda":
             with torch.cuda.use_mem_pool(self._pool):
                 base = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
@@ -67,6 +77,19 @@ class Exchange:
                 os.unlink(path)
         self._files.clear()
         self._pooled.clear()
+        if self._allocations:
+            torch.cuda.synchronize()
+            for alloc in self._allocations.values():
+                alloc.close()
+            self._allocations.clear()
+        self._outgoing.clear()
+
+    def take_outgoing(self) -> tuple[list[int], list[int]]:
+        """(allocation ids, their fds) that the message being sent refers to."""
+        ids = list(self._outgoing)
+        fds = [self._outgoing[i] for i in ids]
+        self._outgoing.clear()
+        return ids, fds
 
     # -- crossing -----------------------------------------------------------
     @contextlib.contextmanager
@@ -100,11 +123,16 @@ class Exchange:
                 self._forget(copy)
 
     def _is_exchange(self, key: int) -> bool:
-        return key in self._files or key in self._pooled
+        return key in self._files or key in self._pooled or key in self._allocations
 
     def _forget(self, base: torch.Tensor) -> None:
         key = base.untyped_storage().data_ptr()
         self._pooled.pop(key, None)
+        alloc = self._allocations.pop(key, None)
+        if alloc is not None:
+            torch.cuda.synchronize()
+            self._outgoing.pop(alloc.id, None)
+            alloc.close()
         entry = self._files.pop(key, None)
         if entry:
             with contextlib.suppress(OSError):
@@ -116,6 +144,10 @@ class Exchange:
         if t.device.type == "cpu":
             path, nbytes, _ = self._files[t.untyped_storage().data_ptr()]
             return dict(common, kind="file", path=path, nbytes=nbytes)
+        if self.vmm:
+            alloc = self._allocations[t.untyped_storage().data_ptr()]
+            self._outgoing[alloc.id] = alloc.fd
+            return dict(common, kind="vmm", id=alloc.id, nbytes=alloc.nbytes, size=alloc.size)
         from torch.multiprocessing.reductions import reduce_tensor
         _, a = reduce_tensor(t)
         return dict(common, kind="cuda", device=a[6], handle=wire.b64(a[7]),

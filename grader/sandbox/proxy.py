@@ -38,6 +38,11 @@ class SubmissionError(Exception):
         self.message = message
 
 
+# A submission that hangs keeps hanging: after this many timeouts in a row its other
+# tests fail at once instead of each waiting out the call timeout.
+TIMEOUTS_TO_GIVE_UP = 3
+
+
 class SandboxFailure(BaseException):
     """The call produced no answer. A BaseException, so a test's `except Exception`
     cannot mistake it for an answer of the submission."""
@@ -111,9 +116,12 @@ class Worker:
         theirs.close()
         LIVE.add(self.proc.pid)
 
-    def request(self, header: dict, timeout: float) -> tuple[dict, list[bytes]]:
+    def request(self, header: dict, timeout: float, fds: list[int] = ()) -> tuple[dict, list[bytes]]:
         if header:
-            wire.send(self.sock, header)
+            try:
+                wire.send(self.sock, header, fds=fds)
+            except OSError:
+                raise WorkerCrashed(self.death()) from None
         deadline = time.monotonic() + timeout
         while True:
             ready, _, _ = select.select([self.sock], [], [], 0.1)
@@ -216,13 +224,14 @@ class Submission:
         # Ours, mode 0711: the worker opens the files it is given and cannot add any.
         self.exchange_dir = Path(tempfile.mkdtemp(prefix="grader-exchange-", dir=_exchange_root()))
         self.exchange_dir.chmod(0o711)
-        self.exchange = Exchange(self.exchange_dir, device, confinement.own)
+        self.exchange = Exchange(self.exchange_dir, device, confinement.own, vmm=confinement.gpu_memory == "vmm")
         self._worker: Worker | None = None
         self._greeted = False
         self.unavailable: str | None = None    # import failure: deterministic, not retried
         self.present: list[str] = []
         self.restarts = 0
         self.import_crashes = 0
+        self.timeouts_in_a_row = 0
         self.failures: list[str] = []          # instructor detail: worker deaths and log tails
 
     def __getattr__(self, name: str):
@@ -321,11 +330,20 @@ class Submission:
 
     def _request(self, worker: Worker, name: str, header: dict) -> tuple[dict, list[bytes]]:
         """Send one request; a submission's exception comes back as SubmissionError."""
+        ids, fds = self.exchange.take_outgoing()
+        if ids:
+            header = dict(header, fds=ids)
         try:
-            reply, blobs = worker.request(header, min(self.timeout, max(1.0, self.budget)))
+            reply, blobs = worker.request(header, min(self.timeout, max(1.0, self.budget)), fds)
         except SandboxFailure as exc:
             self._discard(f"{name}: {exc}")
+            if isinstance(exc, WorkerTimeout):
+                self.timeouts_in_a_row += 1
+                if self.timeouts_in_a_row >= TIMEOUTS_TO_GIVE_UP:
+                    self.unavailable = (f"your code hung or ran past the time limit on {TIMEOUTS_TO_GIVE_UP} "
+                                        "calls in a row, so the remaining tests were not run")
             raise
+        self.timeouts_in_a_row = 0
         if reply.get("poisoned"):
             self._discard(f"{name}: CUDA context poisoned")
         if reply.get("ok") is True:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import socket
 import struct
 import time
@@ -47,16 +48,38 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float | None) -> bytes:
     return bytes(buf)
 
 
-def send(sock: socket.socket, header: dict, blobs: list[bytes] = ()) -> None:
+MAX_FDS = 64                   # file descriptors with one message (GPU memory, see vmm.py)
+
+
+def send(sock: socket.socket, header: dict, blobs: list[bytes] = (), fds: list[int] = ()) -> None:
+    """Send one message; `fds` ride with its first bytes (SCM_RIGHTS), grader to worker only."""
     head = json.dumps(dict(header, blobs=[len(b) for b in blobs])).encode()
-    sock.sendall(_LEN.pack(len(head)) + head)
+    prefix = _LEN.pack(len(head))
+    if fds:
+        sent = socket.send_fds(sock, [prefix], list(fds))
+        sock.sendall(prefix[sent:] + head)
+    else:
+        sock.sendall(prefix + head)
     for blob in blobs:
         sock.sendall(blob)
 
 
+def recv_with_fds(sock: socket.socket) -> tuple[dict, list[bytes], list[int]]:
+    """The worker's side of `send` with fds: (header, blobs, the descriptors received)."""
+    data, fds, flags, _ = socket.recv_fds(sock, _LEN.size, MAX_FDS)
+    if not data:
+        raise EOFError("peer closed the connection")
+    if flags & getattr(socket, "MSG_CTRUNC", 0):
+        for fd in fds:
+            os.close(fd)
+        raise WireError("too many file descriptors with one message")
+    header, blobs = recv(sock, first=data + _recv_exact(sock, _LEN.size - len(data), None))
+    return header, blobs, fds
+
+
 def recv(sock: socket.socket, max_blob: int = MAX_BLOB,
-         deadline: float | None = None) -> tuple[dict, list[bytes]]:
-    (n,) = _LEN.unpack(_recv_exact(sock, _LEN.size, deadline))
+         deadline: float | None = None, first: bytes | None = None) -> tuple[dict, list[bytes]]:
+    (n,) = _LEN.unpack(first if first is not None else _recv_exact(sock, _LEN.size, deadline))
     if n > MAX_HEADER:
         raise WireError(f"header of {n} bytes exceeds the limit")
     try:

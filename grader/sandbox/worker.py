@@ -25,12 +25,61 @@ def error_of(exc: BaseException) -> dict:
             "traceback": "".join(traceback.format_exception(exc))[-8000:]}
 
 
-class Mapper:
-    """Turns tensor descriptors from the grader into tensors over shared memory."""
+class VmmMapping:
+    """GPU memory the grader handed over as a file descriptor (grader/sandbox/vmm.py)."""
 
-    def __init__(self, device: str):
+    def __init__(self, fd: int, nbytes: int, size: int):
+        from cuda.bindings import driver as cu
+        self.size = size
+        self.ptr = self.handle = None
+        try:
+            self.handle = _ok(cu.cuMemImportFromShareableHandle(
+                fd, cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+            self.ptr = _ok(cu.cuMemAddressReserve(size, 0, 0, 0))
+            _ok(cu.cuMemMap(self.ptr, size, 0, self.handle, 0))
+            access = cu.CUmemAccessDesc()
+            access.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+            access.location.id = torch.cuda.current_device()
+            access.flags = cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+            _ok(cu.cuMemSetAccess(self.ptr, size, [access], 1))
+        except BaseException:
+            self.close()
+            raise
+
+        class Window:
+            __cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (int(self.ptr), False),
+                                        "version": 3, "strides": None}
+        self.base = torch.as_tensor(Window(), device="cuda")
+
+    def close(self) -> None:
+        from cuda.bindings import driver as cu
+        self.base = None
+        if self.ptr is not None:
+            cu.cuMemUnmap(self.ptr, self.size)
+            cu.cuMemAddressFree(self.ptr, self.size)
+            self.ptr = None
+        if self.handle is not None:
+            cu.cuMemRelease(self.handle)
+            self.handle = None
+
+
+def _ok(result):
+    from cuda.bindings import driver as cu
+    err, *rest = result
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"CUDA driver call failed: {err}")
+    return rest[0] if len(rest) == 1 else tuple(rest)
+
+
+class Mapper:
+    """Turns tensor descriptors from the grader into tensors over shared memory, for the
+    length of one request (or of a prepared batch)."""
+
+    def __init__(self, device: str, fds: dict[int, int] | None = None):
         self.device = device
         self.files: dict[str, object] = {}
+        self.fds = fds or {}                       # allocation id -> received descriptor
+        self.vmm: dict[int, VmmMapping] = {}
 
     def tensor(self, d: dict):
         dtype = getattr(torch, d["dtype"])
@@ -41,6 +90,12 @@ class Mapper:
                 self.files[d["path"]] = base
             return torch.empty(0, dtype=dtype).set_(base.untyped_storage(), d["offset"],
                                                     d["shape"], d["stride"])
+        if d["kind"] == "vmm":
+            mapping = self.vmm.get(d["id"])
+            if mapping is None:
+                mapping = self.vmm[d["id"]] = VmmMapping(self.fds[d["id"]], d["nbytes"], d["size"])
+            return torch.empty(0, dtype=dtype, device="cuda").set_(mapping.base.untyped_storage(), d["offset"],
+                                                                   d["shape"], d["stride"])
         if d["kind"] == "cuda":
             from torch.multiprocessing.reductions import rebuild_cuda_tensor
             return rebuild_cuda_tensor(
@@ -51,6 +106,18 @@ class Mapper:
                 wire.unb64(d["event_handle"]) if d["event_handle"] is not None else None,
                 d["event_sync_required"])
         raise wire.WireError(f"unknown tensor kind {d['kind']!r}")
+
+    def close(self) -> None:
+        """Unmap what this request mapped (the grader frees it after the test) and close the fds."""
+        if self.vmm:
+            torch.cuda.synchronize()
+            for mapping in self.vmm.values():
+                mapping.close()
+            self.vmm.clear()
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+        self.files.clear()
 
 
 def result_tensor(blobs: list[bytes]):
@@ -108,19 +175,35 @@ def serve(sock: socket.socket, module, device: str) -> None:
     mapper, pending = Mapper(device), []
     while True:
         try:
-            msg, _ = wire.recv(sock)
+            msg, _, fds = wire.recv_with_fds(sock)
         except EOFError:
             return
         if msg.get("op") == "bye":
             return
+        ids = msg.get("fds", [])
+        if not (isinstance(ids, list) and len(ids) == len(fds)):
+            raise wire.WireError("file descriptors do not match the message")
         if msg.get("op") in (None, "call", "prepare"):
             pending.clear()
-            mapper = Mapper(device)          # drop the previous request's mappings
+            mapper.close()                   # drop the previous request's mappings
+            mapper = Mapper(device, dict(zip(ids, fds)))
+        else:
+            for fd in fds:
+                os.close(fd)
         try:
             reply, blobs = handle(msg, module, mapper, device, pending)
+            if msg.get("op") in (None, "call", "go"):
+                pending.clear()
+                mapper.close()               # nothing of the grader's stays mapped between requests
             wire.send(sock, reply, blobs)
         except BaseException as exc:  # SystemExit from student code included
             poisoned = context_poisoned(device)
+            if not poisoned:
+                pending.clear()
+                try:
+                    mapper.close()
+                except Exception:
+                    pass
             wire.send(sock, {"ok": False, "error": error_of(exc), "poisoned": poisoned})
             if poisoned:
                 return

@@ -251,13 +251,14 @@ def test_stray_processes_sees_a_descendant():
 
 # -- end to end ----------------------------------------------------------------------------
 def test_quick_adversarial_submissions_score_nothing(tmp_path):
-    """The quick tricks through the real grader: 0 points, valid reports, nothing left behind."""
+    """The quick tricks through the real grader, two validations at once (--jobs): 0 points,
+    valid reports, nothing left behind."""
     pytest.importorskip("jsonschema")
     pwned = Path("/tmp/pwned-pickle_payload")
     pwned.unlink(missing_ok=True)
     out = tmp_path / "validate.json"
-    run = subprocess.run([sys.executable, "-m", "grader", "validate", "--out", str(out), "--only", *QUICK],
-                         cwd=REPO, capture_output=True, text=True, timeout=900)
+    run = subprocess.run([sys.executable, "-m", "grader", "validate", "--out", str(out), "--jobs", "2",
+                          "--only", *QUICK], cwd=REPO, capture_output=True, text=True, timeout=900)
     assert out.exists(), run.stdout[-3000:] + run.stderr[-3000:]
     matrix = json.loads(out.read_text())
     rows = {r["name"]: r for r in matrix["rows"]}

@@ -1,0 +1,103 @@
+"""The sandbox's give-up rule and the GPU turns, exercised directly (no pytest run, no GPU)."""
+import multiprocessing as mp
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from grader import gpu_turns
+from grader.sandbox import Confinement, Submission, SubmissionUnavailable, WorkerTimeout
+from grader.sandbox.proxy import TIMEOUTS_TO_GIVE_UP
+
+TOY = Path(__file__).parent / "toy" / "submissions"
+
+
+def test_a_submission_that_keeps_hanging_is_given_up_after_timeouts_in_a_row():
+    conf = Confinement.prepare("cpu", [], want_uid=False)
+    sub = Submission(TOY / "hangs_on_thirteen.py", ["add_into", "echo"], torch.device("cpu"), conf, timeout=3)
+    try:
+        x = torch.zeros(4)
+        sub.add_into(x, torch.ones(4))                 # a good call first: the count is of calls in a row
+        assert x.tolist() == [1.0] * 4
+        for _ in range(TIMEOUTS_TO_GIVE_UP - 1):
+            with pytest.raises(WorkerTimeout):
+                sub.add_into(x, torch.full((4,), 13.0))
+        sub.add_into(x, torch.ones(4))                 # an answer resets the count
+        for _ in range(TIMEOUTS_TO_GIVE_UP):
+            with pytest.raises(WorkerTimeout):
+                sub.add_into(x, torch.full((4,), 13.0))
+        started = time.monotonic()
+        with pytest.raises(SubmissionUnavailable, match="calls in a row"):
+            sub.echo(1)
+        assert time.monotonic() - started < 1.0
+    finally:
+        sub.close()
+
+
+def _hold(folder, exclusive, hold_s, log, name):
+    with gpu_turns.turn("gpu-test", exclusive, Path(folder)):
+        log.put((name, "in", time.monotonic()))
+        time.sleep(hold_s)
+        log.put((name, "out", time.monotonic()))
+
+
+def test_a_timing_test_is_alone_on_the_gpu_and_not_starved(tmp_path):
+    """Sharers overlap each other, never the exclusive holder; a sharer that arrives
+    while the exclusive one waits goes after it."""
+    ctx = mp.get_context("spawn")
+    log = ctx.Queue()
+    first = [ctx.Process(target=_hold, args=(tmp_path, False, 1.0, log, f"s{i}")) for i in range(2)]
+    for p in first:
+        p.start()
+    time.sleep(0.5)
+    timing = ctx.Process(target=_hold, args=(tmp_path, True, 0.5, log, "x"))
+    timing.start()
+    time.sleep(0.3)
+    late = ctx.Process(target=_hold, args=(tmp_path, False, 0.2, log, "late"))
+    late.start()
+    for p in [*first, timing, late]:
+        p.join(20)
+        assert p.exitcode == 0
+    events = sorted((log.get(timeout=5) for _ in range(8)), key=lambda e: e[2])
+    spans = {}
+    for name, what, at in events:
+        spans.setdefault(name, {})[what] = at
+    x = spans["x"]
+    for name in ("s0", "s1", "late"):
+        s = spans[name]
+        assert s["out"] <= x["in"] or s["in"] >= x["out"], f"{name} overlapped the exclusive turn"
+    assert spans["late"]["in"] >= x["out"], "a sharer overtook the waiting timing test"
+    assert spans["s0"]["in"] < spans["s1"]["out"] and spans["s1"]["in"] < spans["s0"]["out"], \
+        "two sharers did not overlap"
+
+
+def test_lock_dir_is_private(tmp_path, monkeypatch):
+    monkeypatch.setenv(gpu_turns.LOCK_DIR_ENV, str(tmp_path / "turns"))
+    folder = gpu_turns.lock_dir()
+    assert folder.is_dir() and (folder.stat().st_mode & 0o077) == 0
+
+
+def test_file_descriptors_ride_with_a_message_and_only_where_sent():
+    """GPU memory reaches a worker of another uid as descriptors sent with the request."""
+    import socket
+
+    from grader.sandbox import wire
+    a, b = socket.socketpair()
+    r, w = os.pipe()
+    try:
+        wire.send(a, {"op": "call", "fds": [7]}, [b"xy"], fds=[w])
+        wire.send(a, {"op": "go"})
+        header, blobs, fds = wire.recv_with_fds(b)
+        assert header == {"op": "call", "fds": [7]} and blobs == [b"xy"] and len(fds) == 1
+        os.write(fds[0], b"!")
+        os.close(fds[0])
+        assert os.read(r, 1) == b"!"
+        header, blobs, fds = wire.recv_with_fds(b)
+        assert header == {"op": "go"} and fds == []
+    finally:
+        for s in (a, b):
+            s.close()
+        os.close(r)
+        os.close(w)
