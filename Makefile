@@ -9,14 +9,15 @@ DEVICE     ?= auto
 COURSE     ?=
 JOBS       ?=
 
-.PHONY: help venv grade test template release validate grade-all summary gradescope bench clean
+.PHONY: help venv grade test template release validate grade-all demo-class summary gradescope bench clean
 help:
 	@echo "make grade [SUBMISSION=file.py] [REPORT=out.json] [DEVICE=auto|cpu|cuda]  grade one submission"
 	@echo "make test                      the project's own tests (CPU interpreter when no GPU)"
 	@echo "make template                  regenerate student_template/ from the reference (nbgrader)"
 	@echo "make release                   the student bundle in build/release/"
-	@echo "make validate                  grade the reference and the wrong/adversarial corpus, print the kill matrix"
+	@echo "make validate [JOBS=n]         grade the reference and the wrong/adversarial corpus, print the kill matrix"
 	@echo "make grade-all COURSE=dir      grade a class in nbgrader's layout [DEVICE=..] [JOBS=n]"
+	@echo "make demo-class COURSE=dir     a class to try grade-all on, from the corpus (then --check it)"
 	@echo "make summary COURSE=dir        the class page with plots, in COURSE/summary/"
 	@echo "make gradescope                the Gradescope autograder zip in build/gradescope/"
 	@echo "make bench                     bandwidth tables on the GPU -> docs/performance.md"
@@ -47,7 +48,11 @@ release: $(VENV)/.runtime
 	$(PY) tools/make_release.py --assignment $(ASSIGNMENT) --out build/release
 
 validate: $(VENV)/.instructor
-	$(PY) -m grader validate --assignment $(ASSIGNMENT) --out build/validate.json
+	$(PY) -m grader validate --assignment $(ASSIGNMENT) --out build/validate.json $(if $(JOBS),--jobs $(JOBS))
+
+demo-class: $(VENV)/.runtime
+	@test -n "$(COURSE)" || { echo "usage: make demo-class COURSE=dir"; exit 2; }
+	$(PY) tools/make_demo_class.py --assignment $(ASSIGNMENT) --out $(COURSE)
 
 grade-all: $(VENV)/.instructor
 	@test -n "$(COURSE)" || { echo "usage: make grade-all COURSE=dir [DEVICE=auto|cpu|cuda] [JOBS=n]"; exit 2; }

@@ -12,8 +12,10 @@ report says which were in force:
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
+import hashlib
 import os
 import pwd
 import random
@@ -31,6 +33,7 @@ PR_SET_CHILD_SUBREAPER = 36
 OUTPUT_LIMIT = 64 << 20           # bytes a worker may write to its log
 CPU_ADDRESS_SPACE = 64 << 30      # generous: the 100k-block caches are mapped, not resident
 UID_RANGE = range(61000, 62000)
+PROBE_VALID_S = 3600
 
 
 def become_subreaper() -> bool:
@@ -201,15 +204,21 @@ class Confinement:
 _UID_LOCKS: list[int] = []     # open lock files: held for this process's lifetime
 
 
+def _private_dir() -> Path:
+    """The machine's folder for uid locks and probe results, ours alone."""
+    folder = Path(tempfile.gettempdir()) / "grader-uids"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise RuntimeError(f"{folder} is not a private folder of ours; refusing to use it")
+    return folder
+
+
 def _free_uid() -> int:
     """A uid no process or account uses, locked so that gradings running side by side
     never share one (each kills every process of its uid when it cleans up)."""
     used = {u for _, u in _proc_table().values()} | {p.pw_uid for p in pwd.getpwall()}
-    locks = Path(tempfile.gettempdir()) / "grader-uids"
-    locks.mkdir(mode=0o700, exist_ok=True)
-    st = os.lstat(locks)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
-        raise RuntimeError(f"{locks} is not a private folder of ours; refusing to take uid locks there")
+    locks = _private_dir()
     candidates = [u for u in UID_RANGE if u not in used]
     random.shuffle(candidates)
     for uid in candidates:
@@ -224,9 +233,33 @@ def _free_uid() -> int:
     raise RuntimeError("no free uid left for a sandbox worker")
 
 
+def _probe_record(python: str, device: str) -> Path:
+    """Where a passed probe is remembered: one file per interpreter, device and installed
+    torch/triton (their folders' change times), so a reinstall probes again."""
+    import torch
+    import triton
+    stamp = [os.path.realpath(python), device]
+    for module in (torch, triton):
+        folder = os.path.dirname(module.__file__)
+        stamp += [folder, str(os.stat(folder).st_ctime_ns)]
+    return _private_dir() / ("probe-" + hashlib.sha256("\0".join(stamp).encode()).hexdigest()[:24])
+
+
 def _uid_can_run(uid: int, python: str, device: str) -> tuple[bool, str]:
-    """Can uid import torch and triton with this interpreter (its files may be out of reach),
-    and on the GPU, use it?"""
+    """Can a fresh uid import torch and triton with this interpreter (its files may be out of
+    reach), and on the GPU, use it? Asked once per environment: a passed probe is remembered
+    for PROBE_VALID_S (each costs an interpreter start, several seconds on a GPU)."""
+    record = _probe_record(python, device)
+    with contextlib.suppress(OSError):
+        if time.time() - record.stat().st_mtime < PROBE_VALID_S:
+            return True, ""
+    ok, why = _probe(uid, python, device)
+    if ok:
+        record.touch()
+    return ok, why
+
+
+def _probe(uid: int, python: str, device: str) -> tuple[bool, str]:
     probe = "import torch, triton" + ("; torch.zeros(1, device='cuda')" if device == "cuda" else "")
     try:
         r = subprocess.run([python, "-s", "-c", probe], user=uid, group=uid, extra_groups=[],

@@ -38,6 +38,16 @@ def test_every_student_gets_the_right_score(graded):
     assert "not a Python source file" in rows["s_binary"].note
 
 
+def test_the_course_folder_is_closed_to_workers(graded):
+    """A worker must not read a classmate's file (or report) while it is being graded."""
+    report = graded.course.read_report(next(iter(graded.expected)))
+    sandbox = report["extra_data"]["sandbox"]
+    if not sandbox["privilege_drop"]:
+        pytest.skip(f"workers ran as the grader's user here: {sandbox['why_not']}")
+    assert str(graded.course.root.resolve()) in sandbox["protected_paths"]
+    assert os.stat(graded.course.root).st_mode & 0o077 == 0
+
+
 def test_identical_files_are_graded_once(graded):
     result = graded.first
     assert result.graded == graded.distinct_files

@@ -36,7 +36,9 @@ def test_a_submission_that_keeps_hanging_is_given_up_after_timeouts_in_a_row():
         sub.close()
 
 
-def _hold(folder, exclusive, hold_s, log, name):
+def _hold(folder, exclusive, hold_s, log, name, go):
+    log.put((name, "ready", time.monotonic()))
+    go.wait(60)
     with gpu_turns.turn("gpu-test", exclusive, Path(folder)):
         log.put((name, "in", time.monotonic()))
         time.sleep(hold_s)
@@ -48,19 +50,32 @@ def test_a_timing_test_is_alone_on_the_gpu_and_not_starved(tmp_path):
     while the exclusive one waits goes after it."""
     ctx = mp.get_context("spawn")
     log = ctx.Queue()
-    first = [ctx.Process(target=_hold, args=(tmp_path, False, 1.0, log, f"s{i}")) for i in range(2)]
-    for p in first:
+    plan = {"s0": (False, 3.0), "s1": (False, 3.0), "x": (True, 0.5), "late": (False, 0.2)}
+    go = {name: ctx.Event() for name in plan}
+    procs = {name: ctx.Process(target=_hold, args=(tmp_path, ex, hold, log, name, go[name]))
+             for name, (ex, hold) in plan.items()}
+    for p in procs.values():
         p.start()
-    time.sleep(0.5)
-    timing = ctx.Process(target=_hold, args=(tmp_path, True, 0.5, log, "x"))
-    timing.start()
-    time.sleep(0.3)
-    late = ctx.Process(target=_hold, args=(tmp_path, False, 0.2, log, "late"))
-    late.start()
-    for p in [*first, timing, late]:
-        p.join(20)
+    events = []
+
+    def wait_for(name, what):
+        while not any(e[:2] == (name, what) for e in events):
+            events.append(log.get(timeout=60))
+
+    for name in plan:                      # every process started (torch imported) before any turn
+        wait_for(name, "ready")
+    go["s0"].set()
+    go["s1"].set()
+    wait_for("s0", "in")
+    wait_for("s1", "in")
+    go["x"].set()                          # waits for the sharers to leave
+    time.sleep(1.0)
+    go["late"].set()                       # arrives while x waits
+    for p in procs.values():
+        p.join(60)
         assert p.exitcode == 0
-    events = sorted((log.get(timeout=5) for _ in range(8)), key=lambda e: e[2])
+    while len(events) < 3 * len(plan):
+        events.append(log.get(timeout=10))
     spans = {}
     for name, what, at in events:
         spans.setdefault(name, {})[what] = at

@@ -57,3 +57,30 @@ def test_gpu_area_counts_on_gpu_and_missing_tests_score_nothing():
     assert areas["gpu_only"].graded and areas["gpu_only"].score == 0
     assert areas["gpu_only"].note == "no test of this area ran"
     assert totals(areas) == (90.0, 100.0)
+
+
+def test_gated_areas_follow_their_gate_in_the_kill_matrix():
+    from grader.validate import gated_closure
+    l1 = Assignment.load(REPO / "assignment/l1_paged_kv_write")
+    assert gated_closure(l1, ["padding"]) == ("padding",)
+    assert gated_closure(l1, ["write"]) == ("write", "performance")
+    assert set(gated_closure(l1, ["policy"])) == {"policy", "write", "padding", "strided_qkv",
+                                                   "int64_overflow", "performance"}
+
+
+def test_a_passed_uid_probe_is_remembered_and_a_failed_one_is_not(tmp_path, monkeypatch):
+    import sys
+    import tempfile
+
+    from grader.sandbox import confine
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    calls = []
+    outcome = [(False, "no torch for this uid")]
+    monkeypatch.setattr(confine, "_probe", lambda uid, python, device: calls.append(uid) or outcome[0])
+    assert confine._uid_can_run(61001, sys.executable, "cpu") == (False, "no torch for this uid")
+    outcome[0] = (True, "")
+    assert confine._uid_can_run(61002, sys.executable, "cpu") == (True, "")
+    assert confine._uid_can_run(61003, sys.executable, "cpu") == (True, "")
+    assert calls == [61001, 61002]
+    assert confine._uid_can_run(61004, sys.executable, "cuda") == (True, "")   # another device: asked anew
+    assert calls == [61001, 61002, 61004]

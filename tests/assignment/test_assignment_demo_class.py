@@ -1,0 +1,34 @@
+"""tools/make_demo_class.py: a class built from the corpus, and its check."""
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TOOL = REPO / "tools" / "make_demo_class.py"
+
+
+def test_demo_class_has_distinct_files_and_expectations_for_everyone(tmp_path):
+    out = tmp_path / "class"
+    subprocess.run([sys.executable, str(TOOL), "--out", str(out), "--reference-copies", "2"], check=True,
+                   capture_output=True, text=True)
+    expected = json.loads((out / "expected.json").read_text())
+    kinds = [w["kind"] for w in expected.values()]
+    assert kinds.count("reference") == 2 and kinds.count("missing") == 1
+    assert kinds.count("wrong") >= 16 and kinds.count("adversarial") >= 12
+    files = sorted((out / "submitted").glob("*/l1_paged_kv_write/l1_paged_kv_write.py"))
+    assert len(files) == len(expected) - 1                      # the empty folder has none
+    assert len({hashlib.sha256(f.read_bytes()).hexdigest() for f in files}) == len(files)
+    assert all(w["fails"] for w in expected.values() if w["kind"] == "wrong")
+
+    # Nothing graded yet: every student with a file differs from what is expected.
+    check = subprocess.run([sys.executable, str(TOOL), "--check", str(out)], capture_output=True, text=True)
+    assert check.returncode == 1
+    assert f"{len(files)} students differ" in check.stdout
+
+
+def test_demo_class_refuses_an_existing_course(tmp_path):
+    (tmp_path / "submitted").mkdir()
+    run = subprocess.run([sys.executable, str(TOOL), "--out", str(tmp_path)], capture_output=True, text=True)
+    assert run.returncode != 0 and "already exists" in run.stderr
