@@ -77,6 +77,17 @@ def test_second_call_keeps_the_first(submission, rng, shared, device, record_pro
     assert msg is None, msg
 
 
+def test_an_empty_batch_changes_nothing(submission, rng, shared, device, record_property):
+    """A step with no new tokens (T = 0) returns without error and leaves both caches as they were"""
+    H, D, bs, nb = 8, 128, 16, 32
+    kc = GuardedCache(rng, shared, device, nb, bs, H, D, torch.float16)
+    vc = GuardedCache(rng, shared, device, nb, bs, H, D, torch.float16)
+    key, value = token_rows(rng, 0, H, D, torch.float16, device)
+    msg = write_and_compare(submission, key, value, kc, vc, torch.empty(0, dtype=torch.int64), record_property)
+    assert msg is None, ("with no tokens there is nothing to write (grid (0,) launches no program): "
+                         + msg)
+
+
 @pytest.mark.parametrize("case", ["fp16-h8-d128-b16", "fp32-h5-d96-b16"])
 def test_key_and_value_are_not_modified(case, submission, rng, shared, device, record_property):
     """key and value are only read: after the call they hold exactly what they held before"""
