@@ -37,6 +37,10 @@ def build(out: Path, assignment: Assignment, reference_copies: int) -> dict[str,
     """Write the course under `out`; return student -> what they must score."""
     if (out / "submitted").exists():
         raise SystemExit(f"{out}/submitted already exists: give a new folder")
+    # Twenty copies of the solution: closed to everyone else, or a submission graded later
+    # on this machine could find and import one.
+    out.mkdir(mode=0o700, parents=True, exist_ok=True)
+    out.chmod(0o700)
     mutants = Path(tempfile.mkdtemp(prefix="demo-mutants-"))
     try:
         entries = load_corpus(assignment, mutants=mutants)

@@ -13,6 +13,7 @@ def test_demo_class_has_distinct_files_and_expectations_for_everyone(tmp_path):
     out = tmp_path / "class"
     subprocess.run([sys.executable, str(TOOL), "--out", str(out), "--reference-copies", "2"], check=True,
                    capture_output=True, text=True)
+    assert out.stat().st_mode & 0o077 == 0, "the class holds solutions: it must be closed to others"
     expected = json.loads((out / "expected.json").read_text())
     kinds = [w["kind"] for w in expected.values()]
     assert kinds.count("reference") == 2 and kinds.count("missing") == 1
