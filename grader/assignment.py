@@ -101,6 +101,7 @@ class Assignment:
         digest = hashlib.sha256()
         files = [self.folder / "assignment.toml", *sorted(self.hidden_tests.rglob("*.py"))]
         for path in files:
+            path = path.resolve()           # the same digest whether the folder was given relative or not
             digest.update(str(path.relative_to(REPO) if path.is_relative_to(REPO) else path.name).encode())
             digest.update(path.read_bytes())
         return digest.hexdigest()

@@ -84,3 +84,12 @@ def test_a_passed_uid_probe_is_remembered_and_a_failed_one_is_not(tmp_path, monk
     assert calls == [61001, 61002]
     assert confine._uid_can_run(61004, sys.executable, "cuda") == (True, "")   # another device: asked anew
     assert calls == [61001, 61002, 61004]
+
+
+def test_fingerprint_does_not_depend_on_how_the_folder_was_named(monkeypatch):
+    """`make grade-all` names the assignment relative to the repository, the grading
+    processes absolutely: both must agree, or every report reads as stale."""
+    monkeypatch.chdir(REPO)
+    relative = Assignment.load("assignment/l1_paged_kv_write")
+    absolute = Assignment.load(REPO / "assignment/l1_paged_kv_write")
+    assert relative.fingerprint() == absolute.fingerprint()
