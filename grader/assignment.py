@@ -106,6 +106,21 @@ class Assignment:
             digest.update(path.read_bytes())
         return digest.hexdigest()
 
+    def with_dependents(self, names, through=None) -> tuple[str, ...]:
+        """`names` and every area that requires one of them, directly or through another
+        (an area gated by a gated area is gated too), in rubric order. A gate passes on only
+        through areas in `through` (default: every area)."""
+        reached = set(names)
+        changed = True
+        while changed:
+            changed = False
+            for name, area in self.areas.items():
+                gates = reached if through is None else reached & set(through)
+                if name not in reached and gates & set(area.requires):
+                    reached.add(name)
+                    changed = True
+        return tuple(a for a in self.areas if a in reached)
+
     @property
     def total_points(self) -> float:
         return sum(a.points for a in self.areas.values())

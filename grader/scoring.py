@@ -48,6 +48,10 @@ def score(assignment: Assignment, results: list[TestResult], device: str) -> dic
     for r in results:
         areas[r.area].total += 1
         areas[r.area].passed += r.outcome == "passed"
+    # An area passes in full only when complete and not gated itself, so gates pass on:
+    # a write gated by policy gates performance too.
+    graded = [name for name, a in areas.items() if a.graded]
+    short = set(assignment.with_dependents([n for n in graded if not areas[n].complete], through=graded))
     for area in areas.values():
         spec = assignment.areas[area.name]
         if not area.graded:
@@ -56,7 +60,7 @@ def score(assignment: Assignment, results: list[TestResult], device: str) -> dic
         if area.total == 0:
             area.note = "no test of this area ran"
             continue
-        area.gated_by = [req for req in spec.requires if areas[req].graded and not areas[req].complete]
+        area.gated_by = [req for req in spec.requires if areas[req].graded and req in short]
         if area.gated_by:
             area.note = "no points until " + ", ".join(area.gated_by) + " passes completely"
     for r in results:

@@ -133,20 +133,6 @@ def mutant_source(reference: str, doc: str, edits: list, where: str) -> str:
     return doc + text
 
 
-def gated_closure(assignment: Assignment, fails) -> tuple[str, ...]:
-    """The areas listed, plus every area that requires one of them (it is gated, so it
-    fails too), in rubric order: a wrong.toml entry names only the areas its bug breaks."""
-    failed = set(fails)
-    changed = True
-    while changed:
-        changed = False
-        for name, area in assignment.areas.items():
-            if name not in failed and failed & set(area.requires):
-                failed.add(name)
-                changed = True
-    return tuple(a for a in assignment.areas if a in failed)
-
-
 def load_corpus(assignment: Assignment, corpus: Path = CORPUS, mutants: Path | None = None) -> list[Entry]:
     """The reference, then every wrong and adversarial entry, in file order. Entries given
     as edits of the reference are written out as files under `mutants` (a private folder
@@ -181,8 +167,9 @@ def load_corpus(assignment: Assignment, corpus: Path = CORPUS, mutants: Path | N
                 unknown = sorted(set(fails) - set(assignment.areas))
                 if unknown:
                     raise CorpusError(f"{where}: unknown areas {unknown}")
-                entries.append(Entry(kind, name, file, str(spec.get("bug", "")), gated_closure(assignment, fails),
-                                     fast=fast))
+                # An area gated by a failed one fails too: wrong.toml names only what the bug breaks.
+                entries.append(Entry(kind, name, file, str(spec.get("bug", "")),
+                                     assignment.with_dependents(fails), fast=fast))
             else:
                 if "deserves" not in spec:
                     raise CorpusError(f"{where}: `deserves` is missing")

@@ -59,13 +59,24 @@ def test_gpu_area_counts_on_gpu_and_missing_tests_score_nothing():
     assert totals(areas) == (90.0, 100.0)
 
 
-def test_gated_areas_follow_their_gate_in_the_kill_matrix():
-    from grader.validate import gated_closure
+def test_gates_pass_on_through_gated_areas():
     l1 = Assignment.load(REPO / "assignment/l1_paged_kv_write")
-    assert gated_closure(l1, ["padding"]) == ("padding",)
-    assert gated_closure(l1, ["write"]) == ("write", "performance")
-    assert set(gated_closure(l1, ["policy"])) == {"policy", "write", "padding", "strided_qkv",
+    assert l1.with_dependents(["padding"]) == ("padding",)
+    assert l1.with_dependents(["write"]) == ("write", "performance")
+    assert set(l1.with_dependents(["policy"])) == {"policy", "write", "padding", "strided_qkv",
                                                    "int64_overflow", "performance"}
+    assert l1.with_dependents(["policy"], through=["policy"]) == l1.with_dependents(["policy"])[:-1]
+
+
+def test_a_gated_area_gates_what_requires_it():
+    """A pure-PyTorch write passes the write tests but fails policy: write is gated, and so
+    is performance, which requires write in full."""
+    l1 = Assignment.load(REPO / "assignment/l1_paged_kv_write")
+    results = [TestResult("p", "policy", "", "failed", ""), TestResult("w", "write", "", "passed", ""),
+               TestResult("f", "performance", "", "passed", "", measure=1.0)]
+    areas = score(l1, results, "cuda")
+    assert areas["write"].gated_by == ["policy"] and areas["write"].score == 0
+    assert areas["performance"].gated_by == ["write"] and areas["performance"].score == 0
 
 
 def test_a_passed_uid_probe_is_remembered_and_a_failed_one_is_not(tmp_path, monkeypatch):
