@@ -75,6 +75,23 @@ def slots(device: str, jobs: int) -> list[dict[str, str]]:
     return [{"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} for i in range(jobs)]
 
 
+class SlotPool:
+    """`jobs` slots to run gradings in, each with its environment from `slots`."""
+
+    def __init__(self, device: str, jobs: int):
+        self._free: Queue = Queue()
+        for env in slots(device, jobs):
+            self._free.put(env)
+
+    def run(self, fn, *args):
+        """fn(*args, env) in the first free slot, waiting for one."""
+        env = self._free.get()
+        try:
+            return fn(*args, env)
+        finally:
+            self._free.put(env)
+
+
 def plan(course: Course, device: str) -> tuple[list[Job], dict[Path, list[str]], int]:
     """(files to grade, current reports to copy to other students, students already current)."""
     current: dict[str, Path] = {}
@@ -180,23 +197,14 @@ def grade_all(course: Course, device: str, jobs: int, timeout_s: float | None = 
         result.copied += _copy(course, json.loads(source.read_text()), students)
     timeout_s = timeout_s or course.assignment.time_budget_s * 2 + 300
     runner = Runner(course, device, timeout_s)
-    free: Queue = Queue()
-    for env in slots(device, jobs):
-        free.put(env)
-
-    def run(job: Job):
-        env = free.get()
-        try:
-            return runner.grade(job, env)
-        finally:
-            free.put(env)
+    slot_pool = SlotPool(device, jobs)
 
     from tqdm import tqdm
     bar = tqdm(total=len(todo), desc=f"grading {course.assignment.id}", unit="file", disable=not progress,
                file=sys.stderr, dynamic_ncols=True)
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
-        futures = {pool.submit(run, job): job for job in todo}
+        futures = {pool.submit(slot_pool.run, runner.grade, job): job for job in todo}
         for future in as_completed(futures):
             job = futures[future]
             try:

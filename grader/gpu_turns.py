@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import tempfile
 from pathlib import Path
@@ -25,6 +26,7 @@ def lock_dir() -> Path:
     return folder
 
 
+@functools.cache
 def gpu_key(index: int = 0) -> str:
     """A name for the physical GPU behind `cuda:index`, the same in every process."""
     import torch

@@ -472,31 +472,24 @@ def run_parallel(assignment: Assignment, entries: list[Entry], device: str, out:
                  drop_privileges: bool = True, echo=print) -> tuple[list[Row], float]:
     """`run`, with each entry validated by its own `validate --only` process, `jobs` at once."""
     from concurrent.futures import ThreadPoolExecutor
-    from queue import Queue
 
-    from .batch import slots
+    from .batch import SlotPool
     reports_dir = out.parent / f"{out.stem}-reports"
     reports_dir.mkdir(parents=True, exist_ok=True)
-    free: Queue = Queue()
-    for env in slots(device, jobs):
-        free.put(env)
+    slot_pool = SlotPool(device, jobs)
     done = []
     t0 = time.monotonic()
 
-    def one(entry: Entry) -> Row:
+    def one(entry: Entry, env: dict[str, str]) -> Row:
         stem = f"{entry.kind}-{entry.name}"
         row_path, log_path = reports_dir / f"{stem}.row.json", reports_dir / f"{stem}.validate.log"
         row_path.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "grader", "validate", "--assignment", str(assignment.folder),
                "--device", device, "--only", entry.label, "--out", str(row_path),
                "--reports-dir", str(reports_dir)] + ([] if drop_privileges else ["--no-privilege-drop"])
-        env = free.get()
-        try:
-            with open(log_path, "wb") as log:
-                subprocess.run(cmd, cwd=REPO, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
-                               stdout=log, stderr=subprocess.STDOUT)
-        finally:
-            free.put(env)
+        with open(log_path, "wb") as log:
+            subprocess.run(cmd, cwd=REPO, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
+                           stdout=log, stderr=subprocess.STDOUT)
         try:
             row = Row.from_json(entry, json.loads(row_path.read_text())["rows"][0])
         except (OSError, ValueError, KeyError, IndexError) as exc:
@@ -507,7 +500,7 @@ def run_parallel(assignment: Assignment, entries: list[Entry], device: str, out:
         return row
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        rows = list(pool.map(one, entries))
+        rows = list(pool.map(lambda entry: slot_pool.run(one, entry), entries))
     return rows, time.monotonic() - t0
 
 

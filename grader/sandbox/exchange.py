@@ -39,7 +39,7 @@ class Exchange:
         # cannot be reused by an unrelated tensor while it is registered here.
         self._files: dict[int, tuple[str, int, torch.Tensor]] = {}   # CPU: path, nbytes, base
         self._pooled: dict[int, torch.Tensor] = {}                   # CUDA: base from our pool
-        self._pool = torch.cuda.MemPool() if device.type == "cuda" else None
+        self._pool = torch.cuda.MemPool() if device.type == "cuda" and not self.vmm else None
 
     # -- allocation -------------------------------------------------------
     def empty(self, shape, dtype) -> torch.Tensor:

@@ -38,6 +38,9 @@ class SubmissionError(Exception):
         self.message = message
 
 
+# What the worker runs: copied beside it into the sandbox, which cannot import the grader.
+WORKER_FILES = ("worker.py", "wire.py", "vmm.py")
+
 # A submission that hangs keeps hanging: after this many timeouts in a row its other
 # tests fail at once instead of each waiting out the call timeout.
 TIMEOUTS_TO_GIVE_UP = 3
@@ -214,7 +217,7 @@ class Submission:
         self.scratch = Path(tempfile.mkdtemp(prefix="grader-sandbox-"))
         for sub in ("home", "triton-cache", "worker", "submission"):
             (self.scratch / sub).mkdir()
-        for name in ("worker.py", "wire.py"):
+        for name in WORKER_FILES:
             shutil.copy(HERE / name, self.scratch / "worker" / name)
         self.module = self.scratch / "submission" / Path(module).name
         shutil.copy(module, self.module)

@@ -5,8 +5,10 @@ handle in a process of another user (measured on the H200 runner: "mapping of
 buffer object failed"), so the worker would have to run as root beside the grader.
 Memory made by cuMemCreate can instead be exported as a POSIX file descriptor and
 handed over a Unix socket (SCM_RIGHTS): holding the descriptor is the permission,
-whoever the receiver is. The worker maps it for the length of one request
-(see worker.py, `VmmMapping`), and the grader frees it when a test is done.
+whoever the receiver is. The grader makes an `Allocation`; the worker maps it as an
+`Import` for the length of one request, and the grader frees it when a test is done.
+This file is copied into the sandbox beside worker.py, so it imports nothing from
+the grader.
 """
 from __future__ import annotations
 
@@ -26,6 +28,11 @@ def available() -> bool:
     return True
 
 
+def _fd_type():
+    from cuda.bindings import driver as cu
+    return cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+
+
 def _ok(result):
     err, *rest = result
     from cuda.bindings import driver as cu
@@ -42,46 +49,29 @@ class _Window:
                                          "version": 3, "strides": None}
 
 
-class Allocation:
-    """`nbytes` of device memory, exportable as a file descriptor; `tensor` is uint8 over it."""
+class _Mapped:
+    """A physical allocation mapped read-write into this process; `tensor` is uint8 over it."""
 
-    def __init__(self, nbytes: int, device_index: int):
+    _handle = _ptr = None
+    tensor = None
+
+    def _map(self, handle, nbytes: int, size: int, device_index: int) -> None:
         from cuda.bindings import driver as cu
-        self.id = next(_ids)
-        self.nbytes = nbytes
-        prop = cu.CUmemAllocationProp()
-        prop.type = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
-        prop.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-        prop.location.id = device_index
-        prop.requestedHandleTypes = cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
-        grain = int(_ok(cu.cuMemGetAllocationGranularity(
-            prop, cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)))
-        self.size = -(-max(1, nbytes) // grain) * grain
-        self._handle = _ok(cu.cuMemCreate(self.size, prop, 0))
-        self._ptr = None
-        self.fd = -1
-        try:
-            self._ptr = _ok(cu.cuMemAddressReserve(self.size, 0, 0, 0))
-            _ok(cu.cuMemMap(self._ptr, self.size, 0, self._handle, 0))
-            access = cu.CUmemAccessDesc()
-            access.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-            access.location.id = device_index
-            access.flags = cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-            _ok(cu.cuMemSetAccess(self._ptr, self.size, [access], 1))
-            self.fd = int(_ok(cu.cuMemExportToShareableHandle(
-                self._handle, cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)))
-        except BaseException:
-            self.close()
-            raise
+        self.size, self._handle = size, handle
+        self._ptr = _ok(cu.cuMemAddressReserve(size, 0, 0, 0))
+        _ok(cu.cuMemMap(self._ptr, size, 0, handle, 0))
+        access = cu.CUmemAccessDesc()
+        access.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        access.location.id = device_index
+        access.flags = cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        _ok(cu.cuMemSetAccess(self._ptr, size, [access], 1))
         self.tensor = torch.as_tensor(_Window(int(self._ptr), nbytes), device=f"cuda:{device_index}")
 
     def close(self) -> None:
-        """Free the memory; the caller has synchronised and keeps no tensor over it."""
+        """Unmap (and drop this process's hold on the memory); the caller has synchronised
+        and keeps no tensor over it."""
         from cuda.bindings import driver as cu
         self.tensor = None
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
         if self._ptr is not None:
             cu.cuMemUnmap(self._ptr, self.size)
             cu.cuMemAddressFree(self._ptr, self.size)
@@ -89,3 +79,45 @@ class Allocation:
         if self._handle is not None:
             cu.cuMemRelease(self._handle)
             self._handle = None
+
+
+class Allocation(_Mapped):
+    """`nbytes` of new device memory, exportable as the file descriptor `fd`."""
+
+    def __init__(self, nbytes: int, device_index: int):
+        from cuda.bindings import driver as cu
+        self.id = next(_ids)
+        self.nbytes = nbytes
+        self.fd = -1
+        prop = cu.CUmemAllocationProp()
+        prop.type = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        prop.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        prop.location.id = device_index
+        prop.requestedHandleTypes = _fd_type()
+        grain = int(_ok(cu.cuMemGetAllocationGranularity(
+            prop, cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)))
+        size = -(-max(1, nbytes) // grain) * grain
+        try:
+            self._map(_ok(cu.cuMemCreate(size, prop, 0)), nbytes, size, device_index)
+            self.fd = int(_ok(cu.cuMemExportToShareableHandle(self._handle, _fd_type(), 0)))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        super().close()
+
+
+class Import(_Mapped):
+    """The worker's view of an `Allocation`, from the file descriptor the grader sent."""
+
+    def __init__(self, fd: int, nbytes: int, size: int, device_index: int):
+        from cuda.bindings import driver as cu
+        try:
+            self._map(_ok(cu.cuMemImportFromShareableHandle(fd, _fd_type())), nbytes, size, device_index)
+        except BaseException:
+            self.close()
+            raise

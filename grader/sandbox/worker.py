@@ -25,52 +25,6 @@ def error_of(exc: BaseException) -> dict:
             "traceback": "".join(traceback.format_exception(exc))[-8000:]}
 
 
-class VmmMapping:
-    """GPU memory the grader handed over as a file descriptor (grader/sandbox/vmm.py)."""
-
-    def __init__(self, fd: int, nbytes: int, size: int):
-        from cuda.bindings import driver as cu
-        self.size = size
-        self.ptr = self.handle = None
-        try:
-            self.handle = _ok(cu.cuMemImportFromShareableHandle(
-                fd, cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
-            self.ptr = _ok(cu.cuMemAddressReserve(size, 0, 0, 0))
-            _ok(cu.cuMemMap(self.ptr, size, 0, self.handle, 0))
-            access = cu.CUmemAccessDesc()
-            access.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-            access.location.id = torch.cuda.current_device()
-            access.flags = cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-            _ok(cu.cuMemSetAccess(self.ptr, size, [access], 1))
-        except BaseException:
-            self.close()
-            raise
-
-        class Window:
-            __cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (int(self.ptr), False),
-                                        "version": 3, "strides": None}
-        self.base = torch.as_tensor(Window(), device="cuda")
-
-    def close(self) -> None:
-        from cuda.bindings import driver as cu
-        self.base = None
-        if self.ptr is not None:
-            cu.cuMemUnmap(self.ptr, self.size)
-            cu.cuMemAddressFree(self.ptr, self.size)
-            self.ptr = None
-        if self.handle is not None:
-            cu.cuMemRelease(self.handle)
-            self.handle = None
-
-
-def _ok(result):
-    from cuda.bindings import driver as cu
-    err, *rest = result
-    if err != cu.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"CUDA driver call failed: {err}")
-    return rest[0] if len(rest) == 1 else tuple(rest)
-
-
 class Mapper:
     """Turns tensor descriptors from the grader into tensors over shared memory, for the
     length of one request (or of a prepared batch)."""
@@ -79,7 +33,7 @@ class Mapper:
         self.device = device
         self.files: dict[str, object] = {}
         self.fds = fds or {}                       # allocation id -> received descriptor
-        self.vmm: dict[int, VmmMapping] = {}
+        self.vmm: dict[int, object] = {}           # allocation id -> vmm.Import
 
     def tensor(self, d: dict):
         dtype = getattr(torch, d["dtype"])
@@ -91,10 +45,12 @@ class Mapper:
             return torch.empty(0, dtype=dtype).set_(base.untyped_storage(), d["offset"],
                                                     d["shape"], d["stride"])
         if d["kind"] == "vmm":
+            import vmm
             mapping = self.vmm.get(d["id"])
             if mapping is None:
-                mapping = self.vmm[d["id"]] = VmmMapping(self.fds[d["id"]], d["nbytes"], d["size"])
-            return torch.empty(0, dtype=dtype, device="cuda").set_(mapping.base.untyped_storage(), d["offset"],
+                mapping = self.vmm[d["id"]] = vmm.Import(self.fds[d["id"]], d["nbytes"], d["size"],
+                                                         torch.cuda.current_device())
+            return torch.empty(0, dtype=dtype, device="cuda").set_(mapping.tensor.untyped_storage(), d["offset"],
                                                                    d["shape"], d["stride"])
         if d["kind"] == "cuda":
             from torch.multiprocessing.reductions import rebuild_cuda_tensor

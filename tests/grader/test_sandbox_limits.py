@@ -116,3 +116,20 @@ def test_file_descriptors_ride_with_a_message_and_only_where_sent():
             s.close()
         os.close(r)
         os.close(w)
+
+
+def test_the_files_copied_into_the_sandbox_import_on_their_own(tmp_path):
+    """The worker sees only the files the proxy copies beside it, never the grader package."""
+    import shutil
+    import subprocess
+    import sys
+
+    from grader.sandbox import proxy
+    here = Path(proxy.__file__).parent
+    copied = proxy.WORKER_FILES
+    for name in copied:
+        shutil.copy(here / name, tmp_path / name)
+    names = ", ".join(Path(n).stem for n in copied)
+    run = subprocess.run([sys.executable, "-s", "-c", f"import {names}; print(vmm.available() in (True, False))"],
+                         cwd=tmp_path, capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    assert run.returncode == 0 and run.stdout.strip() == "True", run.stderr[-2000:]
