@@ -100,8 +100,29 @@ def per_call_graph(fn, n: int = 100) -> float:
     return statistics.median(event_times(graph.replay, 20)) / n
 
 
+def paged_slots(T: int, num_blocks: int, g, slot_mapping) -> torch.Tensor:
+    """Slots of a prefill batch as a server makes them: sequences of 1 to 2048 tokens, each on
+    its own physical blocks drawn at random from the cache, through the reference slot_mapping."""
+    lens = []
+    while sum(lens) < T:
+        lens.append(int(torch.randint(1, 2049, (1,), generator=g, device="cuda")))
+    lens[-1] -= sum(lens) - T
+    per_seq = [-(-n // BLOCK_SIZE) for n in lens]
+    physical = torch.randperm(num_blocks, device="cuda", generator=g)[: sum(per_seq)]
+    table = torch.zeros(len(lens), max(per_seq), dtype=torch.int32, device="cuda")
+    for s, chunk in enumerate(physical.split(per_seq)):
+        table[s, : len(chunk)] = chunk.int()
+    lens_t = torch.tensor(lens, device="cuda")
+    seq_idx = torch.repeat_interleave(torch.arange(len(lens), device="cuda"), lens_t)
+    positions = torch.arange(T, device="cuda") - torch.repeat_interleave(lens_t.cumsum(0) - lens_t, lens_t)
+    return slot_mapping(table, seq_idx, positions, BLOCK_SIZE)
+
+
 class Case:
-    def __init__(self, T, H, D, dtype, layout, padding, sequential=False):
+    """One measured configuration. slots: "paged" (a prefill batch, see paged_slots), "decode" (one
+    token from each of T sequences: T slots scattered over the cache) or "consecutive"."""
+
+    def __init__(self, T, H, D, dtype, layout, padding, slot_mapping, slots="paged"):
         self.T, self.H, self.D, self.HD = T, H, D, H * D
         g = torch.Generator(device="cuda").manual_seed(T * 31 + H * D)
         if layout == "fused":
@@ -110,11 +131,15 @@ class Case:
         else:
             self.key = torch.randn(T, H, D, dtype=dtype, device="cuda", generator=g)
             self.value = torch.randn(T, H, D, dtype=dtype, device="cuda", generator=g)
-        blocks = max(1, -(-2 * T // BLOCK_SIZE))
+        blocks = max(1, -(-2 * T // BLOCK_SIZE) + T // 16)   # room for every sequence's last, partial block
         self.k_cache = torch.zeros(blocks, BLOCK_SIZE, H, D, dtype=dtype, device="cuda")
         self.v_cache = torch.zeros_like(self.k_cache)
-        self.slots = (torch.arange(T, device="cuda") if sequential else
-                      torch.randperm(blocks * BLOCK_SIZE, device="cuda", generator=g)[:T])
+        if slots == "paged":
+            self.slots = paged_slots(T, blocks, g, slot_mapping)
+        elif slots == "decode":
+            self.slots = torch.randperm(blocks * BLOCK_SIZE, device="cuda", generator=g)[:T]
+        else:
+            self.slots = torch.arange(T, device="cuda")
         if padding:
             self.slots[torch.randperm(T, device="cuda", generator=g)[: T // 4]] = -1
         self.real = int((self.slots >= 0).sum())
@@ -165,7 +190,7 @@ def main(argv=None) -> int:
                                                                (False, True)):
         if T == 1 and padding:
             continue
-        case = Case(T, H, D, DTYPES[dname], layout, padding)
+        case = Case(T, H, D, DTYPES[dname], layout, padding, ref.slot_mapping)
         r = summarise(graph_times(case.write_with(ref), args.reps), case.bytes, ceiling)
         ic = "—" if padding else f"{summarise(graph_times(case.index_copy(), args.reps), case.bytes, ceiling)['gbps']:.0f}"
         row = [T, H, D, dname, layout, "25%" if padding else "none", f"{r['gbps']:.0f}", f"{r['frac']:.1%}",
@@ -178,21 +203,22 @@ def main(argv=None) -> int:
         del case
         torch.cuda.empty_cache()
 
-    # Where the gap to the copy comes from: the same bytes written to consecutive slots.
+    # What the slot pattern costs: the same bytes, written where a prefill, a decode step or a plain copy puts them.
     pattern_rows = []
-    for sequential in (False, True):
-        case = Case(65536, 8, 128, torch.float16, "fused", False, sequential=sequential)
+    for T, pattern in itertools.product((256, 65536), ("paged", "decode", "consecutive")):
+        case = Case(T, 8, 128, torch.float16, "fused", False, ref.slot_mapping, slots=pattern)
         r = summarise(graph_times(case.write_with(ref), args.reps), case.bytes, ceiling)
-        pattern_rows.append(["consecutive" if sequential else "random", f"{r['gbps']:.0f}", f"{r['frac']:.1%}"])
+        pattern_rows.append([str(T), pattern, f"{r['gbps']:.0f}", f"{r['frac']:.1%}"])
         print("pattern", pattern_rows[-1], flush=True)
         del case
 
     # Launch-bound sizes: the reference against an empty kernel, eagerly and replayed from a graph.
     launch_rows = []
     for T in (1, 256):
-        case = Case(T, 8, 128, torch.float16, "fused", False)
-        args8 = (case.key, case.value, case.k_cache, case.v_cache, case.slots, 1, 1, 1)
-        empty = lambda: empty_kernel[(T,)](*args8, BLOCK=1024)
+        case = Case(T, 8, 128, torch.float16, "fused", False, ref.slot_mapping)
+        args8 = (case.key, case.value, case.k_cache, case.v_cache, case.slots,
+                 case.key.stride(0), case.value.stride(0), case.HD)
+        empty = lambda: empty_kernel[(T,)](*args8, BLOCK=1024, num_warps=1)
         write = case.write_with(ref)
         e_eager, r_eager = per_call_eager(empty), per_call_eager(write)
         e_graph, r_graph = per_call_graph(empty), per_call_graph(write)
@@ -209,12 +235,17 @@ def main(argv=None) -> int:
               "Bytes moved = K and V read and written for the real (non-padding) tokens, plus 8 bytes of "
               "slot per token. Times are medians of CUDA-event timings of one call replayed from a CUDA "
               "graph (GPU work only; the Python launch cost is in the last table), with L2 evicted by a "
-              "read between calls; spread is the interquartile range over the median. Slots are a random permutation "
-              "of twice as many slots as tokens; `fused` reads key/value as views of a [T, 3, H, D] tensor.",
+              "read between calls; spread is the interquartile range over the median. Slots are those of a prefill "
+              "batch: sequences of 1 to 2048 tokens on physical blocks drawn at random from a cache of about "
+              "three times as many slots as tokens, mapped by the reference `slot_mapping` (block size 16); "
+              "the slot-pattern table below compares a decode step's scattered slots. `fused` reads "
+              "key/value as views of a [T, 3, H, D] tensor.",
               "", lines[0], "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         md += ["| " + " | ".join(str(x) for x in row) + " |" for row in rows]
-        md += ["", "## Slot pattern (T=65536, H=8, D=128, fp16, fused)", "",
-               "| slots | reference GB/s | of ceiling |", "|---|---|---|"]
+        md += ["", "## Slot pattern (H=8, D=128, fp16, fused)", "",
+               "paged: the prefill batch above; decode: one token from each of T sequences, so every slot "
+               "lands at a random place in the cache; consecutive: slots 0..T-1, a plain copy's pattern.", "",
+               "| T | slots | reference GB/s | of ceiling |", "|---|---|---|---|"]
         md += ["| " + " | ".join(row) + " |" for row in pattern_rows]
         md += ["", "## Launch-bound sizes (H=8, D=128, fp16, fused)", "",
                "Per call: eager = wall clock over 200 back-to-back calls; graph = replay of 100 calls "

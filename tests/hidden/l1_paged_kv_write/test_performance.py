@@ -129,9 +129,13 @@ def test_bandwidth_relative_to_reference(submission, reference, shared, referenc
     for _ in range(REPEATS):       # interleaved, so drift of clocks or neighbours hits both
         mine_t.append(timed(submission, mine) - overhead["mine"])
         ref_t.append(timed(reference, ref) - overhead["ref"])
-    t_mine, t_ref = statistics.median(mine_t), statistics.median(ref_t)
+    # The fastest of each: a neighbour on the GPU or a descheduled worker can only add time,
+    # and a batch cannot run faster than its code allows, since every launch's output is checked.
+    t_mine, t_ref = min(mine_t), min(ref_t)
     floor = mine.bytes_moved / copy_ceiling
     record_property("detail", {"case": case, "t_mine_s": t_mine, "t_ref_s": t_ref, "floor_s": floor,
+                               "median_mine_s": statistics.median(mine_t),
+                               "median_ref_s": statistics.median(ref_t),
                                "gbps_mine": mine.bytes_moved / t_mine / 1e9,
                                "gbps_ref": ref.bytes_moved / t_ref / 1e9,
                                "copy_ceiling_gbps": copy_ceiling / 1e9})
