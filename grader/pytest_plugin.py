@@ -233,4 +233,8 @@ def pytest_json_runtest_metadata(item, call):
         record.update(outcome="passed", hint="")
     if call.when == "call" and _MEASURE in item.stash:
         record["measure"] = item.stash[_MEASURE]
+    figures = dict(item.user_properties).get("figures") if call.when == "call" else None
+    if isinstance(figures, dict):
+        record["figures"] = {str(k): float(v) for k, v in figures.items()
+                             if isinstance(v, (int, float)) and not isinstance(v, bool)}
     return record

@@ -41,6 +41,8 @@ def build(assignment: Assignment, areas: dict[str, AreaResult], results: list[Te
         }
         if r.measure is not None:
             entry["extra_data"]["measure"] = round(r.measure, 4)
+        if r.figures:
+            entry["extra_data"]["figures"] = {k: float(f"{v:.6g}") for k, v in r.figures.items()}
         if r.outcome != "skipped":
             entry["status"] = "passed" if r.outcome == "passed" and (r.score > 0 or r.max_score == 0) else "failed"
         tests.append(entry)

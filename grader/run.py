@@ -199,8 +199,11 @@ def _run_suites(assignment, submission, device, seed, drop_privileges, instructo
         duration = sum(float((got.get(w) or {}).get("duration", 0.0)) for w in ("setup", "call", "teardown"))
         measure = meta.get("measure")
         measure = float(measure) if isinstance(measure, (int, float)) else None
+        figures = meta.get("figures")
+        figures = {str(k): float(v) for k, v in figures.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)} if isinstance(figures, dict) else None
         results.append(TestResult(c["nodeid"], c["area"], c["contract"], outcome, str(meta.get("hint", "")),
-                                  duration, measure))
+                                  duration, measure, figures))
     if code == -2:
         problem = "grading was interrupted; tests that had not reported score nothing"
     elif code not in (0, 1) and problem is None and not pytest_json:

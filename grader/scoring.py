@@ -21,6 +21,7 @@ class TestResult:
     hint: str = ""
     duration_s: float = 0.0
     measure: float | None = None       # for areas scored on a curve (e.g. speed vs the reference)
+    figures: dict[str, float] | None = None   # what the measure was computed from, for instructors
     score: float = 0.0
     max_score: float = 0.0
     gated_by: list[str] = field(default_factory=list)

@@ -468,6 +468,18 @@ def run(assignment: Assignment, entries: list[Entry], device: str, out: Path,
     return rows, time.monotonic() - t0
 
 
+def longest_first(entries: list[Entry], reports_dir: Path) -> list[Entry]:
+    """Entries ordered by how long they took last time in `reports_dir`, slowest (or new) first,
+    so that a hang met last is not left running alone at the end of a parallel run."""
+    def last_wall(entry: Entry) -> float:
+        try:
+            row = json.loads((reports_dir / f"{entry.kind}-{entry.name}.row.json").read_text())["rows"][0]
+            return float(row["wall_s"])
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            return float("inf")
+    return sorted(entries, key=last_wall, reverse=True)
+
+
 def run_parallel(assignment: Assignment, entries: list[Entry], device: str, out: Path, jobs: int,
                  drop_privileges: bool = True, echo=print) -> tuple[list[Row], float]:
     """`run`, with each entry validated by its own `validate --only` process, `jobs` at once."""
@@ -479,6 +491,7 @@ def run_parallel(assignment: Assignment, entries: list[Entry], device: str, out:
     slot_pool = SlotPool(device, jobs)
     done = []
     t0 = time.monotonic()
+    original, entries = entries, longest_first(entries, reports_dir)
 
     def one(entry: Entry, env: dict[str, str]) -> Row:
         stem = f"{entry.kind}-{entry.name}"
@@ -501,7 +514,8 @@ def run_parallel(assignment: Assignment, entries: list[Entry], device: str, out:
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         rows = list(pool.map(lambda entry: slot_pool.run(one, entry), entries))
-    return rows, time.monotonic() - t0
+    order = {entry.label: i for i, entry in enumerate(original)}
+    return sorted(rows, key=lambda row: order[row.entry.label]), time.monotonic() - t0
 
 
 def write_json(path: Path, assignment: Assignment, device: str, rows: list[Row], cols: list[str],

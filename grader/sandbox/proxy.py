@@ -293,13 +293,15 @@ class Submission:
                 self._discard(f"{name}: malformed result {exc}")
                 raise WorkerCrashed(f"returned something that is not a plain value or tensor ({exc})") from None
 
-    def time_calls(self, name: str, calls: list[tuple[tuple, dict]], refill=None) -> float:
+    def time_calls(self, name: str, calls: list[tuple[tuple, dict]], refill=None, launch: bool = True) -> float:
         """Wall seconds for the worker to run `calls` back to back and synchronise.
 
         The inputs are mapped first; then `refill()` writes fresh data into them, so
         nothing could be computed ahead of the timed window; the caller checks every
         output afterwards. Only tensors from `exchange` may be used: staging copies
-        would be timed too and their results copied back too late."""
+        would be timed too and their results copied back too late. The window also
+        holds the round trip and the unmapping of the inputs, which the worker does
+        before it answers; `launch=False` times just those, for the same inputs."""
         with self._budgeted():
             worker = self._worker_with(name)
             with contextlib.ExitStack() as stack:
@@ -311,7 +313,7 @@ class Submission:
                 if self.device.type == "cuda":
                     torch.cuda.synchronize()
                 started = time.perf_counter()
-                self._request(worker, name, {"op": "go"})
+                self._request(worker, name, {"op": "go", "launch": launch})
                 return time.perf_counter() - started
 
     @contextlib.contextmanager

@@ -120,7 +120,7 @@ def handle(msg: dict, module, mapper: Mapper, device: str, pending: list) -> tup
         _sync(device)
         return {"ok": True}, []
     if op == "go":
-        for fn, args, kwargs in pending:
+        for fn, args, kwargs in pending if msg.get("launch", True) else ():
             fn(*args, **kwargs)
         _sync(device)
         return {"ok": True, "value": len(pending)}, []

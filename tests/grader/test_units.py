@@ -104,3 +104,18 @@ def test_fingerprint_does_not_depend_on_how_the_folder_was_named(monkeypatch):
     relative = Assignment.load("assignment/l1_paged_kv_write")
     absolute = Assignment.load(REPO / "assignment/l1_paged_kv_write")
     assert relative.fingerprint() == absolute.fingerprint()
+
+
+def test_figures_behind_a_measure_reach_the_report_and_fit_the_schema():
+    from grader import report
+    from grader.validate import schema_problems
+    l1 = Assignment.load(REPO / "assignment/l1_paged_kv_write")
+    results = [TestResult("f", "performance", "speed", "passed", "", 1.0, 0.93,
+                          {"t_mine_s": 0.00213456789, "gbps_ref": 3990.0})]
+    areas = score(l1, results, "cuda")
+    built = report.build(l1, areas, results, submission={}, environment={}, sandbox={}, phases={},
+                         instructor={})
+    assert built["tests"][0]["extra_data"]["figures"] == {"t_mine_s": 0.00213457, "gbps_ref": 3990.0}
+    assert [p for p in schema_problems(built) if p.startswith("tests")] == []
+    built["tests"][0]["extra_data"]["figures"]["t_mine_s"] = "fast"
+    assert [p for p in schema_problems(built) if p.startswith("tests")]

@@ -273,3 +273,11 @@ def test_quick_adversarial_submissions_score_nothing(tmp_path):
             assert not v.processes_of(uid), name
     assert run.returncode == 0, run.stdout[-3000:]
     assert not pwned.exists(), "the grader unpickled a submission's answer"
+
+
+def test_parallel_runs_start_with_what_was_slowest_last_time(tmp_path):
+    entries = [v.Entry("wrong", n, Path(f"{n}.py")) for n in ("quick", "slow", "new", "medium")]
+    for name, wall in (("quick", 12.0), ("slow", 200.0), ("medium", 40.0)):
+        (tmp_path / f"wrong-{name}.row.json").write_text(json.dumps({"rows": [{"wall_s": wall}]}))
+    (tmp_path / "wrong-medium.row.json").write_text("{truncated")
+    assert [e.name for e in v.longest_first(entries, tmp_path)] == ["new", "medium", "slow", "quick"]
