@@ -300,8 +300,8 @@ class Submission:
         nothing could be computed ahead of the timed window; the caller checks every
         output afterwards. Only tensors from `exchange` may be used: staging copies
         would be timed too and their results copied back too late. The window also
-        holds the round trip and the unmapping of the inputs, which the worker does
-        before it answers; `launch=False` times just those, for the same inputs."""
+        holds the round trip to the worker; `launch=False` times just that, for the
+        same inputs (the worker unmaps them after it answers)."""
         with self._budgeted():
             worker = self._worker_with(name)
             with contextlib.ExitStack() as stack:

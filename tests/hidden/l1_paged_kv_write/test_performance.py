@@ -18,8 +18,8 @@ pytestmark = pytest.mark.area("performance")
 
 # (T, H, D, dtype, layout, launches per timed batch): a prefill-sized batch, a decode-sized
 # one (launch-bound: the host wrapper's cost counts), and an H*D that is not a power of two.
-# Each timed batch holds about two milliseconds of work; the round trip to the worker and
-# the unmapping of the inputs are measured and subtracted.
+# Each timed batch holds one to three milliseconds of work, so the round trip to the
+# worker (measured and subtracted) stays small beside it.
 CASES = {
     "prefill-fp16-fused": (65536, 8, 128, torch.float16, "fused", 16),
     "decode-bf16-fused": (4096, 8, 128, torch.bfloat16, "fused", 64),
@@ -29,10 +29,15 @@ REPEATS = 9
 BLOCK_SIZE = 16
 
 
+_CEILINGS: list[float] = []
+
+
 @pytest.fixture
 def copy_ceiling(device) -> float:
     """Bytes per second of a 1 GiB device-to-device copy (read + written), measured now:
-    per test, so inside the test's exclusive turn on a GPU other gradings share."""
+    per test, so inside the test's exclusive turn on a GPU other gradings share. The highest
+    measured in this grading counts: on the H200 one grading measured 4.23 TB/s in its first
+    test and 3.80 in the next two, and a ceiling measured low flags honest times as too fast."""
     src = torch.empty(1 << 30, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     dst.copy_(src)
@@ -44,7 +49,8 @@ def copy_ceiling(device) -> float:
         end.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) / 1e3)
-    return 2 * src.numel() / min(times)
+    _CEILINGS.append(2 * src.numel() / min(times))
+    return max(_CEILINGS)
 
 
 class Batch:
@@ -53,8 +59,9 @@ class Batch:
     def __init__(self, proxy, T, H, D, dtype, layout, n, seed):
         self.T, self.n, self.HD = T, n, H * D
         alloc = proxy.exchange.empty
-        width = 3 * H * D if layout == "fused" else H * D
-        self.rows = alloc((n, T, width), dtype)
+        # Plain key and value get rows of their own: had value been key, its read would come
+        # from the cache, not memory, and not all the bytes counted would be moved.
+        self.rows = alloc((n, T, 3 * H * D) if layout == "fused" else (n, 2, T, H * D), dtype)
         self.slot_table = alloc((n, T), torch.int64)
         blocks = -(-(2 * n * T) // BLOCK_SIZE)                 # half the slots stay untouched
         self.k_cache = alloc((blocks, BLOCK_SIZE, H, D), dtype)
@@ -63,8 +70,8 @@ class Batch:
             self.keys = [self.rows[i, :, H * D:2 * H * D].view(T, H, D) for i in range(n)]
             self.values = [self.rows[i, :, 2 * H * D:].view(T, H, D) for i in range(n)]
         else:
-            self.keys = [self.rows[i].view(T, H, D) for i in range(n)]
-            self.values = [self.keys[i] for i in range(n)]    # same rows: still a valid write
+            self.keys = [self.rows[i, 0].view(T, H, D) for i in range(n)]
+            self.values = [self.rows[i, 1].view(T, H, D) for i in range(n)]
         self.gen = torch.Generator(device=self.rows.device).manual_seed(seed)
 
     def calls(self):
@@ -112,8 +119,8 @@ def reference_memory(reference):
 
 
 def overhead(proxy, batch: Batch) -> float:
-    """What a timed window holds besides the launches: the round trip to the worker and the
-    unmapping of the batch's inputs (gigabytes here), timed for the same inputs."""
+    """What a timed window holds besides the launches: the round trip to the worker, timed
+    for the same inputs."""
     return statistics.median(proxy.time_calls("reshape_and_cache", batch.calls(), launch=False)
                              for _ in range(5))
 
