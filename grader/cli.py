@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from . import report as reports
 from .assignment import Assignment, AssignmentError
-from .run import grade
+from .run import grade, process_age
 
 
 def _fail(message: str) -> int:
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"--report {report_path} is a folder; give a file path")
     report = grade(assignment, submission, report_path, args.device, args.seed,
                    drop_privileges=not args.no_privilege_drop, quiet=args.quiet,
-                   protect=[Path(p) for p in args.protect])
+                   protect=[Path(p) for p in args.protect], started=time.monotonic() - process_age())
     print()
     print(reports.terminal_table(report))
     if report["extra_data"].get("problem"):

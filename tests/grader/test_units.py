@@ -119,3 +119,13 @@ def test_figures_behind_a_measure_reach_the_report_and_fit_the_schema():
     assert [p for p in schema_problems(built) if p.startswith("tests")] == []
     built["tests"][0]["extra_data"]["figures"]["t_mine_s"] = "fast"
     assert [p for p in schema_problems(built) if p.startswith("tests")]
+
+
+def test_start_up_counts_from_the_start_of_the_process():
+    """The report's start-up phase includes the interpreter and the imports (torch's take seconds)."""
+    import subprocess
+    import sys
+    code = "import time; time.sleep(0.5); from grader.run import process_age; print(process_age())"
+    age = float(subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                               check=True).stdout)
+    assert 0.5 <= age < 30
