@@ -7,6 +7,12 @@ processes but no fairness: a steady stream of shared holders would starve a timi
 test for ever. So every turn first passes a turnstile (an exclusive lock held only
 for a moment by the tests that share, and for the whole wait by one that times),
 the classic fair readers-writer scheme.
+
+A sharer may be stuck: a test waiting on a hung worker holds its turn for up to the
+call timeout, and a timing test behind it would wait as long (three minutes on the
+H200, behind a submission that hangs). So a timing test waits at most EXCLUSIVE_WAIT_S
+for the sharers already inside; then it goes ahead beside them, keeping newcomers out,
+and says so (the turn yields whether the GPU was had alone).
 """
 from __future__ import annotations
 
@@ -15,9 +21,11 @@ import fcntl
 import functools
 import os
 import tempfile
+import time
 from pathlib import Path
 
 LOCK_DIR_ENV = "GRADER_GPU_LOCK_DIR"
+EXCLUSIVE_WAIT_S = 30.0     # the longest test that shares the GPU takes about 5 s on the H200
 
 
 def lock_dir() -> Path:
@@ -37,19 +45,37 @@ def gpu_key(index: int = 0) -> str:
     return f"gpu-{os.environ.get('CUDA_VISIBLE_DEVICES', 'all')}-{index}".replace(",", "_")
 
 
+def _lock_within(fd: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+
 @contextlib.contextmanager
-def turn(key: str, exclusive: bool, folder: Path | None = None):
-    """Hold the GPU named `key`: alone when `exclusive`, else beside other sharers."""
+def turn(key: str, exclusive: bool, folder: Path | None = None, wait_s: float = EXCLUSIVE_WAIT_S):
+    """Hold the GPU named `key`: alone when `exclusive`, else beside other sharers.
+    Yields False only for an exclusive turn that went ahead beside stuck sharers."""
     folder = folder or lock_dir()
     gate = os.open(folder / f"{key}.gate", os.O_RDWR | os.O_CREAT, 0o600)
     room = os.open(folder / f"{key}.room", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(gate, fcntl.LOCK_EX)
+        alone = True
         try:
-            fcntl.flock(room, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            if exclusive:
+                alone = _lock_within(room, wait_s)
+            else:
+                fcntl.flock(room, fcntl.LOCK_SH)
         finally:
-            fcntl.flock(gate, fcntl.LOCK_UN)
-        yield
+            if alone:        # one that is not alone keeps the gate: no newcomer joins it
+                fcntl.flock(gate, fcntl.LOCK_UN)
+        yield alone
     finally:
         os.close(room)       # closing drops the lock
         os.close(gate)

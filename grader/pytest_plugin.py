@@ -174,6 +174,7 @@ def reference(request):
 
 
 _MEASURE = pytest.StashKey[float]()
+_NOT_ALONE = pytest.StashKey[bool]()
 
 
 @pytest.fixture
@@ -186,12 +187,15 @@ def measure(request):
 
 @pytest.fixture(autouse=True)
 def gpu_turn(request, device):
-    """On a GPU that other gradings may share: a test that measures has it to itself."""
+    """On a GPU that other gradings may share: a test that measures has it to itself, or
+    after a bounded wait for a stuck neighbour goes ahead, and its record says so."""
     if device.type != "cuda":
         yield
         return
     from . import gpu_turns
-    with gpu_turns.turn(gpu_turns.gpu_key(), exclusive="measure" in request.fixturenames):
+    with gpu_turns.turn(gpu_turns.gpu_key(), exclusive="measure" in request.fixturenames) as alone:
+        if not alone:
+            request.node.stash[_NOT_ALONE] = True
         yield
 
 
@@ -237,4 +241,7 @@ def pytest_json_runtest_metadata(item, call):
     if isinstance(figures, dict):
         record["figures"] = {str(k): float(v) for k, v in figures.items()
                              if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if call.when == "call" and item.stash.get(_NOT_ALONE, False):
+        # timed beside a neighbour's test that would not end (see gpu_turns)
+        record.setdefault("figures", {})["gpu_had_alone"] = 0.0
     return record

@@ -1,4 +1,5 @@
 """The sandbox's give-up rule and the GPU turns, exercised directly (no pytest run, no GPU)."""
+import fcntl
 import multiprocessing as mp
 import os
 import time
@@ -133,3 +134,20 @@ def test_the_files_copied_into_the_sandbox_import_on_their_own(tmp_path):
     run = subprocess.run([sys.executable, "-s", "-c", f"import {names}; print(vmm.available() in (True, False))"],
                          cwd=tmp_path, capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
     assert run.returncode == 0 and run.stdout.strip() == "True", run.stderr[-2000:]
+
+
+def test_a_timing_test_waits_only_so_long_for_a_stuck_sharer(tmp_path):
+    """A sharer stuck behind a hung worker must not hold a timing test for minutes: after
+    the bounded wait it goes ahead, says it was not alone, and keeps newcomers out."""
+    with gpu_turns.turn("gpu-test", False, tmp_path):               # stuck: never leaves
+        started = time.monotonic()
+        with gpu_turns.turn("gpu-test", True, tmp_path, wait_s=0.3) as alone:
+            assert alone is False and 0.3 <= time.monotonic() - started < 3
+            gate = os.open(tmp_path / "gpu-test.gate", os.O_RDWR)
+            try:
+                with pytest.raises(BlockingIOError):                 # a newcomer would wait
+                    fcntl.flock(gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            finally:
+                os.close(gate)
+    with gpu_turns.turn("gpu-test", True, tmp_path, wait_s=0.3) as alone:
+        assert alone is True
