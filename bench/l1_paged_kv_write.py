@@ -120,7 +120,8 @@ def paged_slots(T: int, num_blocks: int, g, slot_mapping) -> torch.Tensor:
 
 class Case:
     """One measured configuration. slots: "paged" (a prefill batch, see paged_slots), "decode" (one
-    token from each of T sequences: T slots scattered over the cache) or "consecutive"."""
+    token from each of T sequences: T slots scattered over the cache), "dense" (whole blocks in
+    random order, all within the first T slots) or "consecutive"."""
 
     def __init__(self, T, H, D, dtype, layout, padding, slot_mapping, slots="paged"):
         self.T, self.H, self.D, self.HD = T, H, D, H * D
@@ -138,6 +139,10 @@ class Case:
             self.slots = paged_slots(T, blocks, g, slot_mapping)
         elif slots == "decode":
             self.slots = torch.randperm(blocks * BLOCK_SIZE, device="cuda", generator=g)[:T]
+        elif slots == "dense":
+            order = torch.randperm(-(-T // BLOCK_SIZE), device="cuda", generator=g)
+            self.slots = (order.repeat_interleave(BLOCK_SIZE)[:T] * BLOCK_SIZE
+                          + torch.arange(T, device="cuda") % BLOCK_SIZE)
         else:
             self.slots = torch.arange(T, device="cuda")
         if padding:
@@ -205,7 +210,7 @@ def main(argv=None) -> int:
 
     # What the slot pattern costs: the same bytes, written where a prefill, a decode step or a plain copy puts them.
     pattern_rows = []
-    for T, pattern in itertools.product((256, 65536), ("paged", "decode", "consecutive")):
+    for T, pattern in itertools.product((256, 65536), ("paged", "decode", "dense", "consecutive")):
         case = Case(T, 8, 128, torch.float16, "fused", False, ref.slot_mapping, slots=pattern)
         r = summarise(graph_times(case.write_with(ref), args.reps), case.bytes, ceiling)
         pattern_rows.append([str(T), pattern, f"{r['gbps']:.0f}", f"{r['frac']:.1%}"])
@@ -244,7 +249,9 @@ def main(argv=None) -> int:
         md += ["| " + " | ".join(str(x) for x in row) + " |" for row in rows]
         md += ["", "## Slot pattern (H=8, D=128, fp16, fused)", "",
                "paged: the prefill batch above; decode: one token from each of T sequences, so every slot "
-               "lands at a random place in the cache; consecutive: slots 0..T-1, a plain copy's pattern.", "",
+               "lands at a random place in the cache; dense: whole blocks in random order within the first "
+               "T slots (does the spread over a large cache cost, or the shuffle?); consecutive: slots "
+               "0..T-1, a plain copy's pattern.", "",
                "| T | slots | reference GB/s | of ceiling |", "|---|---|---|---|"]
         md += ["| " + " | ".join(row) + " |" for row in pattern_rows]
         md += ["", "## Launch-bound sizes (H=8, D=128, fp16, fused)", "",
