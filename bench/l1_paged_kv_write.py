@@ -132,7 +132,7 @@ class Case:
         else:
             self.key = torch.randn(T, H, D, dtype=dtype, device="cuda", generator=g)
             self.value = torch.randn(T, H, D, dtype=dtype, device="cuda", generator=g)
-        blocks = max(1, -(-2 * T // BLOCK_SIZE) + T // 16)   # room for every sequence's last, partial block
+        blocks = max(1, -(-2 * T // BLOCK_SIZE) + T // BLOCK_SIZE)   # room for every sequence's last, partial block
         self.k_cache = torch.zeros(blocks, BLOCK_SIZE, H, D, dtype=dtype, device="cuda")
         self.v_cache = torch.zeros_like(self.k_cache)
         if slots == "paged":

@@ -239,8 +239,7 @@ def pytest_json_runtest_metadata(item, call):
         record["measure"] = item.stash[_MEASURE]
     figures = dict(item.user_properties).get("figures") if call.when == "call" else None
     if isinstance(figures, dict):
-        record["figures"] = {str(k): float(v) for k, v in figures.items()
-                             if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        record["figures"] = dict(figures)      # numbers only: run.py keeps nothing else
     if call.when == "call" and item.stash.get(_NOT_ALONE, False):
         # timed beside a neighbour's test that would not end (see gpu_turns)
         record.setdefault("figures", {})["gpu_had_alone"] = 0.0

@@ -60,6 +60,11 @@ class Entry:
     fast: bool = False
 
     @property
+    def stem(self) -> str:
+        """The name of its files in the reports folder."""
+        return f"{self.kind}-{self.name}"
+
+    @property
     def label(self) -> str:
         return self.name if self.kind == "reference" else f"{self.kind}/{self.name}"
 
@@ -442,7 +447,7 @@ def run(assignment: Assignment, entries: list[Entry], device: str, out: Path,
         drop_privileges: bool = True, echo=print, reports_dir: Path | None = None) -> tuple[list[Row], float]:
     become_subreaper()
     cols = columns(assignment, device)
-    reports_dir = reports_dir or out.parent / f"{out.stem}-reports"
+    reports_dir = reports_dir or reports_dir_of(out)
     reports_dir.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
     t0 = time.monotonic()
@@ -454,8 +459,7 @@ def run(assignment: Assignment, entries: list[Entry], device: str, out: Path,
             rows.append(row)
             echo(f"{prefix}: {summary_line(row)}")
             continue
-        stem = f"{entry.kind}-{entry.name}"
-        report_path, log_path = reports_dir / f"{stem}.json", reports_dir / f"{stem}.log"
+        report_path, log_path = reports_dir / f"{entry.stem}.json", reports_dir / f"{entry.stem}.log"
         report, error, wall = grade_entry(entry, assignment, device, report_path, log_path, drop_privileges)
         uid = ((report or {}).get("extra_data", {}).get("sandbox") or {}).get("uid")
         strays = leftovers_after(uid if isinstance(uid, int) else None)
@@ -468,12 +472,17 @@ def run(assignment: Assignment, entries: list[Entry], device: str, out: Path,
     return rows, time.monotonic() - t0
 
 
+def reports_dir_of(out: Path) -> Path:
+    """Where the gradings' reports go beside the matrix `out`."""
+    return out.parent / f"{out.stem}-reports"
+
+
 def longest_first(entries: list[Entry], reports_dir: Path) -> list[Entry]:
     """Entries ordered by how long they took last time in `reports_dir`, slowest (or new) first,
     so that a hang met last is not left running alone at the end of a parallel run."""
     def last_wall(entry: Entry) -> float:
         try:
-            row = json.loads((reports_dir / f"{entry.kind}-{entry.name}.row.json").read_text())["rows"][0]
+            row = json.loads((reports_dir / f"{entry.stem}.row.json").read_text())["rows"][0]
             return float(row["wall_s"])
         except (OSError, ValueError, KeyError, IndexError, TypeError):
             return float("inf")
@@ -486,7 +495,7 @@ def run_parallel(assignment: Assignment, entries: list[Entry], device: str, out:
     from concurrent.futures import ThreadPoolExecutor
 
     from .batch import SlotPool
-    reports_dir = out.parent / f"{out.stem}-reports"
+    reports_dir = reports_dir_of(out)
     reports_dir.mkdir(parents=True, exist_ok=True)
     slot_pool = SlotPool(device, jobs)
     done = []
@@ -494,8 +503,7 @@ def run_parallel(assignment: Assignment, entries: list[Entry], device: str, out:
     original, entries = entries, longest_first(entries, reports_dir)
 
     def one(entry: Entry, env: dict[str, str]) -> Row:
-        stem = f"{entry.kind}-{entry.name}"
-        row_path, log_path = reports_dir / f"{stem}.row.json", reports_dir / f"{stem}.validate.log"
+        row_path, log_path = reports_dir / f"{entry.stem}.row.json", reports_dir / f"{entry.stem}.validate.log"
         row_path.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "grader", "validate", "--assignment", str(assignment.folder),
                "--device", device, "--only", entry.label, "--out", str(row_path),

@@ -293,15 +293,15 @@ class Submission:
                 self._discard(f"{name}: malformed result {exc}")
                 raise WorkerCrashed(f"returned something that is not a plain value or tensor ({exc})") from None
 
-    def time_calls(self, name: str, calls: list[tuple[tuple, dict]], refill=None, launch: bool = True) -> float:
+    def time_calls(self, name: str, calls: list[tuple[tuple, dict]], refill=None) -> float:
         """Wall seconds for the worker to run `calls` back to back and synchronise.
 
         The inputs are mapped first; then `refill()` writes fresh data into them, so
         nothing could be computed ahead of the timed window; the caller checks every
         output afterwards. Only tensors from `exchange` may be used: staging copies
         would be timed too and their results copied back too late. The window also
-        holds the round trip to the worker; `launch=False` times just that, for the
-        same inputs (the worker unmaps them after it answers)."""
+        holds the round trip to the worker (time an empty `calls` for it); the worker
+        unmaps the inputs after it answers."""
         with self._budgeted():
             worker = self._worker_with(name)
             with contextlib.ExitStack() as stack:
@@ -313,7 +313,7 @@ class Submission:
                 if self.device.type == "cuda":
                     torch.cuda.synchronize()
                 started = time.perf_counter()
-                self._request(worker, name, {"op": "go", "launch": launch})
+                self._request(worker, name, {"op": "go"})
                 return time.perf_counter() - started
 
     @contextlib.contextmanager
