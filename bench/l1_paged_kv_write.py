@@ -217,6 +217,18 @@ def main(argv=None) -> int:
         print("pattern", pattern_rows[-1], flush=True)
         del case
 
+    # Other shapes of the kernel on the same large batches: what was tried, and what it gains.
+    from write_variants import VARIANTS
+    variant_cases = [("paged", False), ("paged", True), ("dense", False), ("consecutive", False)]
+    variant_rows = []
+    for pattern, padding in variant_cases:
+        case = Case(65536, 8, 128, torch.float16, "fused", padding, ref.slot_mapping, slots=pattern)
+        fracs = {name: summarise(graph_times(case.write_with(m), args.reps), case.bytes, ceiling)["frac"]
+                 for name, m in [("reference", ref)] + [(n, v[1]) for n, v in VARIANTS.items()]}
+        variant_rows.append(fracs)
+        print("variants", pattern, padding, {k: f"{v:.1%}" for k, v in fracs.items()}, flush=True)
+        del case
+
     # Launch-bound sizes: the reference against an empty kernel, eagerly and replayed from a graph.
     launch_rows = []
     for T in (1, 256):
@@ -254,6 +266,16 @@ def main(argv=None) -> int:
                "0..T-1, a plain copy's pattern.", "",
                "| T | slots | reference GB/s | of ceiling |", "|---|---|---|---|"]
         md += ["| " + " | ".join(row) + " |" for row in pattern_rows]
+        names = list(variant_rows[0])
+        md += ["", "## Other kernel shapes (T=65536, H=8, D=128, fp16, fused)", "",
+               "Fraction of the copy ceiling reached by the reference and by other ways of cutting the same "
+               "write (`bench/write_variants.py`), on the slot patterns above; padding: 25% of the slots are -1.",
+               "", "| variant | what differs | " + " | ".join(
+                   f"{p}{' +pad' if pad else ''}" for p, pad in variant_cases) + " |",
+               "|---|---|" + "---|" * len(variant_cases)]
+        for name in names:
+            what = "one token per program, one warp (the lesson's shape)" if name == "reference" else VARIANTS[name][0]
+            md.append(f"| {name} | {what} | " + " | ".join(f"{row[name]:.1%}" for row in variant_rows) + " |")
         md += ["", "## Launch-bound sizes (H=8, D=128, fp16, fused)", "",
                "Per call: eager = wall clock over 200 back-to-back calls; graph = replay of 100 calls "
                "captured in one CUDA graph. The empty kernel takes the same arguments and does nothing.", "",

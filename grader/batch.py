@@ -61,8 +61,8 @@ def default_jobs(device: str) -> int:
 
 
 def visible_gpus() -> list[str]:
-    import torch
-    count = torch.cuda.device_count()
+    from .run import cuda_device_count
+    count = cuda_device_count()
     listed = [x.strip() for x in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip()]
     return listed[:count] if listed else [str(i) for i in range(count)]
 

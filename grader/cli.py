@@ -9,7 +9,7 @@ from pathlib import Path
 
 from . import report as reports
 from .assignment import Assignment, AssignmentError
-from .run import grade, process_age
+from .run import cuda_device_count, grade, process_age
 
 
 def _fail(message: str) -> int:
@@ -59,10 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     submission = Path(args.submission) if args.submission else assignment.reference
     if not submission.is_file():
         return _fail(f"no submission file at {submission}")
-    if args.device == "cuda":
-        import torch
-        if not torch.cuda.is_available():
-            return _fail("--device cuda asked for, but this machine has no usable CUDA device")
+    if args.device == "cuda" and cuda_device_count() == 0:
+        return _fail("--device cuda asked for, but this machine has no usable CUDA device")
     report_path = Path(args.report)
     if report_path.is_dir():
         return _fail(f"--report {report_path} is a folder; give a file path")

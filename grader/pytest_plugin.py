@@ -11,11 +11,18 @@ import os
 import zlib
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import pytest
-import torch
 
 from .assignment import Assignment
+from .run import DEVICE_FILE
 from .sandbox import Confinement, SandboxFailure, Submission, SubmissionError
+
+if TYPE_CHECKING:
+    import torch
+# torch is imported once the submission's worker is spawned (pytest_configure), so that
+# the worker's imports and ours overlap: each takes seconds.
 
 
 def pytest_addoption(parser):
@@ -37,7 +44,7 @@ class Grading:
         opt = config.getoption
         self.assignment = Assignment.load(opt("--grader-assignment"))
         self.submission_path = Path(opt("--grader-submission"))
-        self.device = torch.device(opt("--grader-device"))
+        self.device: str = opt("--grader-device")
         self.seed = opt("--grader-seed")
         self.state = Path(opt("--grader-state"))
         self.want_uid = not opt("--grader-no-uid")
@@ -47,7 +54,7 @@ class Grading:
         self._reference: Submission | None = None
 
     def _confinement(self) -> Confinement:
-        conf = Confinement.prepare(self.device.type, self.assignment.protected_paths() + self.protect,
+        conf = Confinement.prepare(self.device, self.assignment.protected_paths() + self.protect,
                                    want_uid=self.want_uid)
         if self.assignment.worker_memory_bytes:
             conf.memory_limit = self.assignment.worker_memory_bytes
@@ -99,6 +106,10 @@ def pytest_configure(config):
         grading.write("sandbox.json", grading.confinement.describe())
         if not config.option.collectonly:
             grading.submission()
+        if grading.device == "cuda":
+            import torch
+            grading.write(DEVICE_FILE, {"device_name": torch.cuda.get_device_name(0),
+                                        "cuda": torch.version.cuda or ""})
 
 
 def pytest_unconfigure(config):
@@ -126,7 +137,7 @@ def pytest_collection_modifyitems(session, config, items):
             problems.append(f"{item.nodeid}: needs exactly one area marker from {sorted(areas)}, has {marks}")
             continue
         area = areas[marks[0]]
-        if not area.applies_on(grading.device.type):
+        if not area.applies_on(grading.device):
             item.add_marker(pytest.mark.skip(reason=f"area {area.name} is graded only on {area.device}"))
     if problems:
         raise pytest.UsageError("hidden suite is malformed:\n" + "\n".join(problems))
@@ -150,7 +161,8 @@ def submission_source(request) -> str:
 
 @pytest.fixture(scope="session")
 def device(request) -> torch.device:
-    return _grading(request.config).device
+    import torch
+    return torch.device(_grading(request.config).device)
 
 
 @pytest.fixture
@@ -161,6 +173,7 @@ def seed(request) -> int:
 
 @pytest.fixture
 def rng(seed) -> torch.Generator:
+    import torch
     return torch.Generator().manual_seed(seed)
 
 

@@ -4,7 +4,9 @@ what came back against what was collected and write the report once."""
 from __future__ import annotations
 
 import ast
+import ctypes
 import hashlib
+import importlib.metadata
 import json
 import os
 import platform
@@ -24,27 +26,44 @@ from .sandbox.confine import become_subreaper, kill_tree
 from .scoring import OUTCOMES, TestResult, score
 
 SUITE_TIMEOUT_S = 3600
+DEVICE_FILE = "device.json"     # the test process's word on the GPU it opened
+
+
+def cuda_device_count() -> int:
+    """CUDA devices this process may see (CUDA_VISIBLE_DEVICES applies), asked of the
+    driver itself: importing torch to ask would cost the grader's own process seconds, and
+    it runs no kernel (the test process and the workers do)."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:                 # no NVIDIA driver on this machine
+        return 0
+    count = ctypes.c_int(0)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
 
 
 def resolve_device(requested: str) -> str:
     if requested != "auto":
         return requested
-    import torch
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if cuda_device_count() > 0 else "cpu"
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
 
 
 def environment(device: str) -> dict:
-    import torch
-    import triton
-    env = {"device": device, "python": platform.python_version(), "torch": torch.__version__,
-           "triton": triton.__version__, "platform": platform.platform(),
-           "triton_interpreter": device == "cpu"}
-    if device == "cuda":
-        env["device_name"] = torch.cuda.get_device_name(0)
-        env["cuda"] = torch.version.cuda
-    else:
-        env["device_name"] = platform.processor() or platform.machine()
-    return env
+    """What this process knows without importing torch; the test process adds the GPU's
+    name (DEVICE_FILE), since it is the one that opens the GPU."""
+    return {"device": device, "python": platform.python_version(), "torch": _version("torch"),
+            "triton": _version("triton"), "platform": platform.platform(),
+            "triton_interpreter": device == "cpu",
+            "device_name": platform.processor() or platform.machine() if device == "cpu"
+            else "unknown: the test run did not report it"}
 
 
 def precheck(path: Path, assignment: Assignment) -> str | None:
@@ -99,7 +118,7 @@ def grade(assignment: Assignment, submission: Path, report_path: Path, device: s
     sandbox: dict = {}
     if problem is None:
         results, sandbox, problem = _run_suites(assignment, submission, device, seed, drop_privileges,
-                                                instructor, quiet, protect)
+                                                instructor, quiet, protect, env)
     else:
         results = _collect_only(assignment, problem)
     phases["suites_s"] = time.monotonic() - t0 - phases["startup_s"]
@@ -176,7 +195,7 @@ def _collect_only(assignment: Assignment, problem: str) -> list[TestResult]:
     return [TestResult(c["nodeid"], c["area"], c["contract"], "failed", problem) for c in collected]
 
 
-def _run_suites(assignment, submission, device, seed, drop_privileges, instructor, quiet, protect=()):
+def _run_suites(assignment, submission, device, seed, drop_privileges, instructor, quiet, protect=(), env=None):
     state = Path(tempfile.mkdtemp(prefix="grader-"))   # 0700: no worker reads or writes it
     try:
         cmd = _pytest_cmd(assignment, submission.resolve(), device, seed, state, drop_privileges, False, protect)
@@ -185,9 +204,12 @@ def _run_suites(assignment, submission, device, seed, drop_privileges, instructo
         pytest_json = _read_json(state / "pytest.json", dict) or {}
         sandbox = _read_json(state / "sandbox.json", dict) or {}
         worker = _read_json(state / "worker.json", dict) or {}
+        opened = _read_json(state / DEVICE_FILE, dict) or {}
     finally:
         shutil.rmtree(state, ignore_errors=True)
     instructor.update(pytest_exit=code, worker=worker)
+    if env is not None:
+        env.update({k: v for k, v in opened.items() if k in ("device_name", "cuda") and isinstance(v, str)})
     if collected is None:
         instructor["pytest_tail"] = tail[-6000:]
         return [], sandbox, "the grader could not collect its hidden tests (see extra_data.instructor)"

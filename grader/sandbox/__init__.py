@@ -1,7 +1,17 @@
-"""Run untrusted submissions in a separate, confined process."""
-from .confine import Confinement
-from .proxy import (SandboxFailure, Submission, SubmissionError, SubmissionUnavailable,
-                    WorkerCrashed, WorkerTimeout)
+"""Run untrusted submissions in a separate, confined process.
 
-__all__ = ["Confinement", "SandboxFailure", "Submission", "SubmissionError",
-           "SubmissionUnavailable", "WorkerCrashed", "WorkerTimeout"]
+The names below load on first use (PEP 562), so that the grader's own process can use
+`confine` without importing torch, which only the test process and the workers need."""
+from importlib import import_module
+
+_FROM = {"Confinement": "confine", "SandboxFailure": "proxy", "Submission": "proxy",
+         "SubmissionError": "proxy", "SubmissionUnavailable": "proxy", "WorkerCrashed": "proxy",
+         "WorkerTimeout": "proxy"}
+
+__all__ = sorted(_FROM)
+
+
+def __getattr__(name: str):
+    if name not in _FROM:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f".{_FROM[name]}", __name__), name)

@@ -16,6 +16,7 @@ import contextlib
 import ctypes
 import fcntl
 import hashlib
+import importlib.util
 import os
 import pwd
 import random
@@ -236,12 +237,11 @@ def _free_uid() -> int:
 def _probe_record(python: str, device: str) -> Path:
     """Where a passed probe is remembered: one file per interpreter, device and installed
     torch/triton (their folders' change times), so a reinstall probes again."""
-    import torch
-    import triton
     stamp = [os.path.realpath(python), device]
-    for module in (torch, triton):
-        folder = os.path.dirname(module.__file__)
-        stamp += [folder, str(os.stat(folder).st_ctime_ns)]
+    for name in ("torch", "triton"):
+        spec = importlib.util.find_spec(name)        # located, not imported: that takes seconds
+        folder = os.path.dirname(spec.origin) if spec and spec.origin else name
+        stamp += [folder, str(os.stat(folder).st_ctime_ns) if os.path.isdir(folder) else "absent"]
     return _private_dir() / ("probe-" + hashlib.sha256("\0".join(stamp).encode()).hexdigest()[:24])
 
 

@@ -17,13 +17,19 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import cached_property
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from . import wire
 from .confine import Confinement, children_of, kill_tree, private_rss
-from .exchange import Exchange, tensor_from_wire
+
+# torch is imported where a tensor is first handled, not here: the worker is spawned before
+# that, so its own imports overlap the test process's (seconds each).
+if TYPE_CHECKING:
+    import torch
+
+    from .exchange import Exchange
 
 HERE = Path(__file__).resolve().parent
 LIVE: set[int] = set()      # pids of workers in use; any other child of ours is an orphan
@@ -88,7 +94,7 @@ def _signal_name(code: int) -> str:
 class Worker:
     """One sandboxed process holding one imported submission."""
 
-    def __init__(self, module: Path, functions: list[str], device: torch.device,
+    def __init__(self, module: Path, functions: list[str], device: str,
                  confinement: Confinement, scratch: Path):
         self.device = device
         self.conf = confinement
@@ -108,10 +114,10 @@ class Worker:
                     "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
             if key in os.environ:
                 env[key] = os.environ[key]
-        if device.type == "cpu":
+        if device == "cpu":
             env["TRITON_INTERPRET"] = "1"
         cmd = [sys.executable, "-s", str(scratch / "worker" / "worker.py"), "--fd", str(theirs.fileno()),
-               "--module", str(module), "--device", device.type, "--functions", ",".join(functions)]
+               "--module", str(module), "--device", device, "--functions", ",".join(functions)]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                          pass_fds=[theirs.fileno()], cwd=scratch / "home", env=env,
@@ -207,11 +213,12 @@ def _exchange_root() -> str | None:
 class Submission:
     """Callable stand-in for the submitted module, e.g. `sub.slot_mapping(...)`."""
 
-    def __init__(self, module: Path, functions: list[str], device: torch.device,
+    def __init__(self, module: Path, functions: list[str], device: "str | torch.device",
                  confinement: Confinement, timeout: float, budget: float = float("inf")):
         self.functions = list(functions)
         self.budget = budget                   # seconds of calls the whole run may spend
         self.device = device
+        self.device_type: str = getattr(device, "type", device)
         self.conf = confinement
         self.timeout = timeout
         self.scratch = Path(tempfile.mkdtemp(prefix="grader-sandbox-"))
@@ -227,7 +234,6 @@ class Submission:
         # Ours, mode 0711: the worker opens the files it is given and cannot add any.
         self.exchange_dir = Path(tempfile.mkdtemp(prefix="grader-exchange-", dir=_exchange_root()))
         self.exchange_dir.chmod(0o711)
-        self.exchange = Exchange(self.exchange_dir, device, confinement.own, vmm=confinement.gpu_memory == "vmm")
         self._worker: Worker | None = None
         self._greeted = False
         self.unavailable: str | None = None    # import failure: deterministic, not retried
@@ -237,6 +243,14 @@ class Submission:
         self.timeouts_in_a_row = 0
         self.failures: list[str] = []          # instructor detail: worker deaths and log tails
 
+    @cached_property
+    def exchange(self) -> "Exchange":
+        """Where the tensors a call passes live (see exchange.py)."""
+        import torch
+        from .exchange import Exchange
+        return Exchange(self.exchange_dir, torch.device(self.device), self.conf.own,
+                        vmm=self.conf.gpu_memory == "vmm")
+
     def __getattr__(self, name: str):
         if name.startswith("_") or name not in self.__dict__.get("functions", ()):
             raise AttributeError(name)
@@ -245,7 +259,7 @@ class Submission:
     def start(self) -> None:
         """Spawn the worker now; its import overlaps whatever the caller does next."""
         if self._worker is None and not self.unavailable:
-            self._worker = Worker(self.module, self.functions, self.device, self.conf, self.scratch)
+            self._worker = Worker(self.module, self.functions, self.device_type, self.conf, self.scratch)
             self._greeted = False
 
     def _ready_worker(self) -> Worker:
@@ -287,6 +301,7 @@ class Submission:
             with self.exchange.crossing(args, kwargs) as (wargs, wkwargs):
                 reply, blobs = self._request(worker, name, {"op": "call", "fn": name, "args": wargs,
                                                             "kwargs": wkwargs})
+            from .exchange import tensor_from_wire
             try:
                 return wire.decode(reply.get("value"), lambda d: tensor_from_wire(d, blobs, self.device))
             except wire.WireError as exc:
@@ -310,7 +325,8 @@ class Submission:
                 self._request(worker, name, {"op": "prepare", "fn": name, "calls": wire_calls})
                 if refill is not None:
                     refill()
-                if self.device.type == "cuda":
+                if self.device_type == "cuda":
+                    import torch
                     torch.cuda.synchronize()
                 started = time.perf_counter()
                 self._request(worker, name, {"op": "go"})
@@ -358,6 +374,7 @@ class Submission:
 
     def close(self) -> None:
         self._discard(None)
-        self.exchange.release()
+        if "exchange" in self.__dict__:
+            self.exchange.release()
         shutil.rmtree(self.scratch, ignore_errors=True)
         shutil.rmtree(self.exchange_dir, ignore_errors=True)
