@@ -129,3 +129,17 @@ def test_start_up_counts_from_the_start_of_the_process():
     age = float(subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                                check=True).stdout)
     assert 0.5 <= age < 30
+
+
+def test_the_graders_own_process_does_not_import_torch():
+    """Only the test process and the workers need torch; importing it in the process that
+    spawns them and writes the report would add seconds to every grading."""
+    import subprocess
+    import sys
+    code = ("import sys; from grader import cli, run, batch, validate; "
+            "from grader.sandbox.confine import kill_tree; "
+            "run.resolve_device('auto'); run.environment('cpu'); run.precheck(run.REPO / 'reference' / "
+            "'l1_paged_kv_write.py', cli.Assignment.load('assignment/l1_paged_kv_write')); "
+            "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", f"imported by the grader's own process: {out}"
