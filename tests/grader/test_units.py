@@ -133,10 +133,12 @@ def test_start_up_counts_from_the_start_of_the_process():
 
 def test_the_graders_own_process_does_not_import_torch():
     """Only the test process and the workers need torch; importing it in the process that
-    spawns them and writes the report would add seconds to every grading."""
+    spawns them and writes the report would add seconds to every grading. The test process
+    itself loads the plugin and the sandbox without it, so that the worker is spawned first."""
     import subprocess
     import sys
-    code = ("import sys; from grader import cli, run, batch, validate; "
+    code = ("import sys; from grader import cli, run, batch, validate, pytest_plugin; "
+            "from grader.sandbox import Submission, Confinement; "
             "from grader.sandbox.confine import kill_tree; "
             "run.resolve_device('auto'); run.environment('cpu'); run.precheck(run.REPO / 'reference' / "
             "'l1_paged_kv_write.py', cli.Assignment.load('assignment/l1_paged_kv_write')); "
