@@ -56,5 +56,6 @@ VARIANTS = {
     "streaming stores": ("stores marked .cs (evict first)", _variant(stream_stores=True)),
     "evict-first loads": ("loads marked evict_first", _variant(evict_loads=True)),
     "2 tokens, 2 warps": ("two tokens per program", _variant(tokens=2, warps=2)),
-    "4 tokens, 4 warps": ("four tokens per program, early loads", _variant(tokens=4, warps=4, early_loads=True)),
+    "4 tokens, 4 warps, early loads": ("four tokens per program, loads not waiting for the slot",
+                                       _variant(tokens=4, warps=4, early_loads=True)),
 }

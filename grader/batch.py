@@ -291,7 +291,7 @@ def add_parser(sub) -> None:
 
 
 def main(args) -> int:
-    from .run import resolve_device
+    from .run import DeviceUnavailable, resolve_device
     try:
         assignment = Assignment.load(args.assignment)
     except AssignmentError as exc:
@@ -301,9 +301,10 @@ def main(args) -> int:
     if not (root / "submitted").is_dir():
         print(f"grader: no submitted/ folder in {root}", file=sys.stderr)
         return 2
-    device = resolve_device(args.device)
-    if device == "cuda" and not visible_gpus():
-        print("grader: --device cuda asked for, but this machine has no usable CUDA device", file=sys.stderr)
+    try:
+        device = resolve_device(args.device)
+    except DeviceUnavailable as exc:
+        print(f"grader: {exc}", file=sys.stderr)
         return 2
     jobs = args.jobs or default_jobs(device)
     if jobs < 1:

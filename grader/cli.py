@@ -9,7 +9,7 @@ from pathlib import Path
 
 from . import report as reports
 from .assignment import Assignment, AssignmentError
-from .run import cuda_device_count, grade, process_age
+from .run import DeviceUnavailable, grade, process_age, resolve_device
 
 
 def _fail(message: str) -> int:
@@ -59,12 +59,14 @@ def main(argv: list[str] | None = None) -> int:
     submission = Path(args.submission) if args.submission else assignment.reference
     if not submission.is_file():
         return _fail(f"no submission file at {submission}")
-    if args.device == "cuda" and cuda_device_count() == 0:
-        return _fail("--device cuda asked for, but this machine has no usable CUDA device")
+    try:
+        device = resolve_device(args.device)
+    except DeviceUnavailable as exc:
+        return _fail(str(exc))
     report_path = Path(args.report)
     if report_path.is_dir():
         return _fail(f"--report {report_path} is a folder; give a file path")
-    report = grade(assignment, submission, report_path, args.device, args.seed,
+    report = grade(assignment, submission, report_path, device, args.seed,
                    drop_privileges=not args.no_privilege_drop, quiet=args.quiet,
                    protect=[Path(p) for p in args.protect], started=time.monotonic() - process_age())
     print()

@@ -10,7 +10,6 @@ import json
 import os
 import zlib
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import pytest

@@ -43,10 +43,20 @@ def cuda_device_count() -> int:
     return count.value
 
 
+class DeviceUnavailable(Exception):
+    """--device cuda on a machine without a usable CUDA device."""
+
+
 def resolve_device(requested: str) -> str:
-    if requested != "auto":
-        return requested
-    return "cuda" if cuda_device_count() > 0 else "cpu"
+    """"cpu" or "cuda" for a requested "auto", "cpu" or "cuda"; DeviceUnavailable when
+    "cuda" is asked for and there is none."""
+    if requested == "cpu":
+        return "cpu"
+    if cuda_device_count() > 0:
+        return "cuda"
+    if requested == "cuda":
+        raise DeviceUnavailable("--device cuda asked for, but this machine has no usable CUDA device")
+    return "cpu"
 
 
 def _version(package: str) -> str:
@@ -118,7 +128,7 @@ def grade(assignment: Assignment, submission: Path, report_path: Path, device: s
     sandbox: dict = {}
     if problem is None:
         results, sandbox, problem = _run_suites(assignment, submission, device, seed, drop_privileges,
-                                                instructor, quiet, protect, env)
+                                                instructor, quiet, env, protect)
     else:
         results = _collect_only(assignment, problem)
     phases["suites_s"] = time.monotonic() - t0 - phases["startup_s"]
@@ -195,7 +205,7 @@ def _collect_only(assignment: Assignment, problem: str) -> list[TestResult]:
     return [TestResult(c["nodeid"], c["area"], c["contract"], "failed", problem) for c in collected]
 
 
-def _run_suites(assignment, submission, device, seed, drop_privileges, instructor, quiet, protect=(), env=None):
+def _run_suites(assignment, submission, device, seed, drop_privileges, instructor, quiet, env, protect=()):
     state = Path(tempfile.mkdtemp(prefix="grader-"))   # 0700: no worker reads or writes it
     try:
         cmd = _pytest_cmd(assignment, submission.resolve(), device, seed, state, drop_privileges, False, protect)
@@ -208,8 +218,7 @@ def _run_suites(assignment, submission, device, seed, drop_privileges, instructo
     finally:
         shutil.rmtree(state, ignore_errors=True)
     instructor.update(pytest_exit=code, worker=worker)
-    if env is not None:
-        env.update({k: v for k, v in opened.items() if k in ("device_name", "cuda") and isinstance(v, str)})
+    env.update({k: v for k, v in opened.items() if k in ("device_name", "cuda") and isinstance(v, str)})
     if collected is None:
         instructor["pytest_tail"] = tail[-6000:]
         return [], sandbox, "the grader could not collect its hidden tests (see extra_data.instructor)"

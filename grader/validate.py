@@ -547,18 +547,18 @@ def main(args) -> int:
 
 
 def _validate(args, mutants: Path) -> int:
-    from .run import cuda_device_count, resolve_device
+    from .run import DeviceUnavailable, resolve_device
     try:
         assignment = Assignment.load(args.assignment)
         entries = select(load_corpus(assignment, mutants=mutants), args.only, args.fast)
     except (CorpusError, ValueError) as exc:
         print(f"grader validate: {exc}", file=sys.stderr)
         return 2
-    if args.device == "cuda" and cuda_device_count() == 0:
-        print("grader validate: --device cuda asked for, but this machine has no usable CUDA device",
-              file=sys.stderr)
+    try:
+        device = resolve_device(args.device)
+    except DeviceUnavailable as exc:
+        print(f"grader validate: {exc}", file=sys.stderr)
         return 2
-    device = resolve_device(args.device)
     out = Path(args.out)
     cols = columns(assignment, device)
     jobs = args.jobs or 1

@@ -217,8 +217,7 @@ class Submission:
                  confinement: Confinement, timeout: float, budget: float = float("inf")):
         self.functions = list(functions)
         self.budget = budget                   # seconds of calls the whole run may spend
-        self.device = device
-        self.device_type: str = getattr(device, "type", device)
+        self.device: str = getattr(device, "type", device)    # "cpu" or "cuda"
         self.conf = confinement
         self.timeout = timeout
         self.scratch = Path(tempfile.mkdtemp(prefix="grader-sandbox-"))
@@ -259,7 +258,7 @@ class Submission:
     def start(self) -> None:
         """Spawn the worker now; its import overlaps whatever the caller does next."""
         if self._worker is None and not self.unavailable:
-            self._worker = Worker(self.module, self.functions, self.device_type, self.conf, self.scratch)
+            self._worker = Worker(self.module, self.functions, self.device, self.conf, self.scratch)
             self._greeted = False
 
     def _ready_worker(self) -> Worker:
@@ -325,7 +324,7 @@ class Submission:
                 self._request(worker, name, {"op": "prepare", "fn": name, "calls": wire_calls})
                 if refill is not None:
                     refill()
-                if self.device_type == "cuda":
+                if self.device == "cuda":
                     import torch
                     torch.cuda.synchronize()
                 started = time.perf_counter()

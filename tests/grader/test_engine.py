@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from toy_reports import REPO, by_outcome, sandbox_processes, validate_report
 
 
@@ -110,6 +112,17 @@ def test_cli_missing_submission_is_one_clear_line(tmp_path):
 def test_cli_unknown_assignment_is_one_clear_line(tmp_path):
     r = _cli("grade", "--assignment", str(tmp_path), "--report", str(tmp_path / "r.json"))
     assert r.returncode == 2 and "no assignment file" in r.stderr
+
+
+def test_cuda_asked_for_without_a_gpu_is_one_clear_line_everywhere(tmp_path):
+    from grader.run import cuda_device_count
+    if cuda_device_count():
+        pytest.skip("this machine has a CUDA device")
+    (tmp_path / "submitted").mkdir()
+    for args in (["grade", "--report", str(tmp_path / "r.json")], ["validate", "--fast", "--out", str(tmp_path / "v.json")],
+                 ["grade-all", "--course", str(tmp_path)]):
+        r = _cli(*args, "--device", "cuda")
+        assert r.returncode == 2 and "no usable CUDA device" in r.stderr, (args, r.stderr[-500:])
 
 
 def test_binary_submission_yields_a_zero_report(tmp_path):

@@ -151,5 +151,7 @@ def test_bandwidth_relative_to_reference(submission, reference, shared, referenc
     record_property("figures", figures)
     assert t_mine > 0.97 * floor, ("the measured time is below what the memory system allows for "
                                    "these bytes: the results were not produced in the timed window")
-    figures.update(gbps_mine=mine.bytes_moved / t_mine / 1e9, gbps_ref=ref.bytes_moved / t_ref / 1e9)
+    # Only now are both times known to be positive; the last record of a name is the one kept.
+    record_property("figures", {**figures, "gbps_mine": mine.bytes_moved / t_mine / 1e9,
+                                "gbps_ref": ref.bytes_moved / t_ref / 1e9})
     measure(t_ref / t_mine)
