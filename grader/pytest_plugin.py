@@ -6,6 +6,7 @@ The test process never imports the submission; see grader/sandbox.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import zlib
@@ -164,6 +165,12 @@ def device(request) -> torch.device:
     return torch.device(_grading(request.config).device)
 
 
+@pytest.fixture(scope="session")
+def run_seed(request) -> int:
+    """The grader's seed for this run, for inputs made once per run (see seed)."""
+    return _grading(request.config).seed
+
+
 @pytest.fixture
 def seed(request) -> int:
     """Drawn per run by the grader, mixed with the test's id: inputs differ every run."""
@@ -195,6 +202,17 @@ def measure(request):
     def record(value: float) -> None:
         request.node.stash[_MEASURE] = float(value)
     return record
+
+
+@pytest.fixture(scope="session")
+def gpu_alone(device):
+    """gpu_alone() is a context manager giving this GPU to us alone among the gradings that
+    share it, as a measuring test has it (see gpu_turn); it yields whether it did, or went
+    ahead after a bounded wait for a stuck neighbour. On the CPU it does nothing."""
+    if device.type != "cuda":
+        return lambda: contextlib.nullcontext(True)
+    from . import gpu_turns
+    return lambda: gpu_turns.turn(gpu_turns.gpu_key(), exclusive=True)
 
 
 @pytest.fixture(autouse=True)

@@ -234,7 +234,8 @@ class Submission:
         self.exchange_dir = Path(tempfile.mkdtemp(prefix="grader-exchange-", dir=_exchange_root()))
         self.exchange_dir.chmod(0o711)
         self._worker: Worker | None = None
-        self._greeted = False
+        self._up = False                       # the worker answered that it is waiting to import
+        self._greeted = False                  # ... and has imported the submission
         self.unavailable: str | None = None    # import failure: deterministic, not retried
         self.present: list[str] = []
         self.restarts = 0
@@ -256,19 +257,51 @@ class Submission:
         return lambda *args, **kwargs: self.call(name, *args, **kwargs)
 
     def start(self) -> None:
-        """Spawn the worker now; its import overlaps whatever the caller does next."""
+        """Spawn the worker now; its imports overlap whatever the caller does next. It waits,
+        before it imports the submission, until the first call (see hold)."""
         if self._worker is None and not self.unavailable:
             self._worker = Worker(self.module, self.functions, self.device, self.conf, self.scratch)
-            self._greeted = False
+            self._up = self._greeted = False
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the submission's file has been imported in the current worker."""
+        return self._worker is not None and self._greeted
+
+    def hold(self) -> None:
+        """Return once none of the submission's code is running or has work queued: its worker
+        started and waiting to import the file. One that has imported it is stopped first (the
+        next call starts another). For what must not share the machine with the submission."""
+        if self.loaded:
+            self._discard(None)
+        if not self.unavailable:
+            self._up_worker()
+
+    def _up_worker(self) -> Worker:
+        self.start()
+        worker = self._worker
+        if not self._up:
+            try:
+                up, _ = worker.request({}, self.timeout)
+            except SandboxFailure as exc:
+                self._discard(f"while starting: {exc}")
+                raise type(exc)(f"the grader's worker process did not start: {exc}") from None
+            if not up.get("held"):
+                err = up.get("error") if isinstance(up.get("error"), dict) else {}
+                self.failures.append(str(err.get("traceback", ""))[-4000:])
+                self._discard(None)
+                raise WorkerCrashed(f"the grader's worker process did not start: {err.get('type', '?')}: "
+                                    f"{str(err.get('message', ''))[:500]}")
+            self._up = True
+        return worker
 
     def _ready_worker(self) -> Worker:
         if self.unavailable:
             raise SubmissionUnavailable(self.unavailable)
-        self.start()
-        worker = self._worker
+        worker = self._up_worker()
         if not self._greeted:
             try:
-                hello, _ = worker.request({}, self.timeout)
+                hello, _ = worker.request({"op": "load"}, self.timeout)
             except SandboxFailure as exc:
                 self._discard(f"while importing: {exc}")
                 self.import_crashes += 1

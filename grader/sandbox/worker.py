@@ -183,6 +183,21 @@ def main() -> None:
         torch = _torch
         if opts.device == "cuda":
             torch.cuda.init()
+    except BaseException as exc:
+        wire.send(sock, {"ok": False, "error": error_of(exc)})
+        return
+    # Up, and nothing of the submission has run: the grader may time what must not share the
+    # machine with it (the reference, in the performance area) before it says "load".
+    wire.send(sock, {"ok": True, "held": True})
+    try:
+        msg, _, fds = wire.recv_with_fds(sock)
+    except EOFError:
+        return
+    for fd in fds:
+        os.close(fd)
+    if msg.get("op") != "load":
+        return
+    try:
         name = os.path.splitext(os.path.basename(opts.module))[0]
         spec = importlib.util.spec_from_file_location(name, opts.module)
         module = importlib.util.module_from_spec(spec)

@@ -152,3 +152,29 @@ def test_a_timing_test_waits_only_so_long_for_a_stuck_sharer(tmp_path):
                 os.close(gate)
     with gpu_turns.turn("gpu-test", True, tmp_path, wait_s=0.3) as alone:
         assert alone is True
+
+
+def test_the_submission_is_imported_at_its_first_call_and_hold_stops_it():
+    """hold() is what lets a suite time the reference with none of the submission's code
+    running beside it: before the first call the worker is up but has not imported the
+    file; after it, hold() stops the worker (and what the file started) and the next call
+    imports the file in a new one."""
+    conf = Confinement.prepare("cpu", [], want_uid=False)
+    sub = Submission(TOY / "marks_import.py", ["echo"], torch.device("cpu"), conf, timeout=60)
+    imports = sub.scratch / "home" / "imports"
+    try:
+        sub.start()
+        sub.hold()
+        assert not sub.loaded and not imports.exists(), "the file was imported before any call"
+        assert sub.echo(3) == 3
+        assert sub.loaded
+        first = imports.read_text().split()
+        assert len(first) == 1
+        sub.hold()
+        assert not sub.loaded
+        assert not Path(f"/proc/{first[0]}").exists(), "hold() left the importing worker running"
+        assert sub.echo(4) == 4
+        second = imports.read_text().split()
+        assert len(second) == 2 and second[1] != first[0]
+    finally:
+        sub.close()

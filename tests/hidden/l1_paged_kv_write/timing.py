@@ -1,0 +1,122 @@
+"""How the performance area times a write: the cases, their inputs, the copy ceiling.
+
+Trust comes from four rules: the grader's own process holds the clock; every timed
+launch gets inputs written after the worker has mapped them (fresh values and fresh,
+distinct slots each repeat), so nothing can be computed ahead or replayed; every
+launch's output is checked afterwards, so a launch that was skipped fails the test;
+and the reference is timed before any of the submission's code has run (conftest.py),
+so nothing the submission starts can slow the reference down and lift its own ratio.
+A time below what the memory system allows is rejected outright.
+"""
+from __future__ import annotations
+
+import statistics
+import zlib
+
+import torch
+
+# (T, H, D, dtype, layout, launches per timed batch): a prefill-sized batch, a decode-sized
+# one of a wide model, and an H*D that is not a power of two. Each launch keeps the GPU busy
+# longer than it takes the host to launch, so the figure is bandwidth, not the jitter of two
+# processes' Python: at H = 8 a 4096-token write is 13 us of GPU work against 17 us of launch
+# (docs/performance.md), and the reference against itself scored 0.64-1.19 there over seven
+# gradings on the H200; at H = 32 it is 37 us. A wrapper that synchronises or copies still shows.
+CASES = {
+    "prefill-fp16-fused": (65536, 8, 128, torch.float16, "fused", 16),
+    "decode-bf16-fused-h32": (4096, 32, 128, torch.bfloat16, "fused", 64),
+    "hd640-fp16-plain": (65536, 8, 80, torch.float16, "plain", 16),
+}
+REPEATS = 9
+BLOCK_SIZE = 16
+
+_CEILINGS: list[float] = []
+
+
+def copy_ceiling(device) -> float:
+    """Bytes per second of a 1 GiB device-to-device copy (read + written), measured now; the
+    highest measured in this run is returned. On the H200 one grading measured 4.23 TB/s in
+    its first test and 3.80 in the next two, and a ceiling measured low flags honest times as
+    too fast."""
+    src = torch.empty(1 << 30, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    times = []
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    _CEILINGS.append(2 * src.numel() / min(times))
+    return max(_CEILINGS)
+
+
+def case_seed(run_seed: int, case: str) -> int:
+    """The same inputs for the reference and the submission, new ones every run."""
+    return zlib.crc32(f"{run_seed}:performance:{case}".encode())
+
+
+class Batch:
+    """n launches' worth of inputs in one proxy's shared memory, refilled before each timing."""
+
+    def __init__(self, proxy, case: str, seed: int):
+        T, H, D, dtype, layout, n = CASES[case]
+        self.T, self.n, self.HD = T, n, H * D
+        alloc = proxy.exchange.empty
+        # Plain key and value get rows of their own: had value been key, its read would come
+        # from the cache, not memory, and not all the bytes counted would be moved.
+        self.rows = alloc((n, T, 3 * H * D) if layout == "fused" else (n, 2, T, H * D), dtype)
+        self.slot_table = alloc((n, T), torch.int64)
+        blocks = -(-(2 * n * T) // BLOCK_SIZE)                 # half the slots stay untouched
+        self.k_cache = alloc((blocks, BLOCK_SIZE, H, D), dtype)
+        self.v_cache = alloc((blocks, BLOCK_SIZE, H, D), dtype)
+        if layout == "fused":
+            self.keys = [self.rows[i, :, H * D:2 * H * D].view(T, H, D) for i in range(n)]
+            self.values = [self.rows[i, :, 2 * H * D:].view(T, H, D) for i in range(n)]
+        else:
+            self.keys = [self.rows[i, 0].view(T, H, D) for i in range(n)]
+            self.values = [self.rows[i, 1].view(T, H, D) for i in range(n)]
+        self.gen = torch.Generator(device=self.rows.device).manual_seed(seed)
+
+    def calls(self):
+        return [((self.keys[i], self.values[i], self.k_cache, self.v_cache, self.slot_table[i]), {})
+                for i in range(self.n)]
+
+    def refill(self):
+        self.rows.normal_(generator=self.gen)
+        self.k_cache.zero_()
+        self.v_cache.zero_()
+        slots = torch.randperm(self.k_cache.shape[0] * BLOCK_SIZE, generator=self.gen,
+                               device=self.rows.device)[: self.n * self.T]
+        self.slot_table.copy_(slots.view(self.n, self.T))
+
+    def check(self) -> bool:
+        slots = self.slot_table.reshape(-1)
+        keys = torch.stack(self.keys).reshape(-1, self.HD)
+        values = torch.stack(self.values).reshape(-1, self.HD)
+        expected_k = torch.zeros_like(self.k_cache).view(-1, self.HD)
+        expected_v = torch.zeros_like(self.v_cache).view(-1, self.HD)
+        expected_k[slots] = keys
+        expected_v[slots] = values
+        return (torch.equal(self.k_cache.view(-1, self.HD), expected_k)
+                and torch.equal(self.v_cache.view(-1, self.HD), expected_v))
+
+    @property
+    def bytes_moved(self) -> int:
+        return self.n * (4 * self.T * self.HD * self.rows.element_size() + 8 * self.T)
+
+
+def timed(proxy, batch: Batch) -> float:
+    """Wall seconds of one timed batch, every output checked afterwards."""
+    seconds = proxy.time_calls("reshape_and_cache", batch.calls(), refill=batch.refill)
+    assert batch.check(), ("a timed launch did not leave the expected cache, so its time cannot count: "
+                           "either the write is wrong on these inputs (random slots, slot 0 included; "
+                           "see the write, padding and strided_qkv areas) or a launch was skipped or "
+                           "replayed. Speed is scored only for correct output.")
+    return seconds
+
+
+def round_trip(proxy) -> float:
+    """What a timed window holds besides the launches: an empty batch's window."""
+    return statistics.median(proxy.time_calls("reshape_and_cache", []) for _ in range(5))
