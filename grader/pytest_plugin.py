@@ -76,6 +76,11 @@ class Grading:
             self._reference.start()
         return self._reference
 
+    @property
+    def measures_here(self) -> bool:
+        """Whether an area graded on this device is scored on a measure (a curve)."""
+        return any(a.curve and a.applies_on(self.device) for a in self.assignment.areas.values())
+
     def write(self, name: str, data) -> None:
         tmp = self.state / f".{name}.tmp"
         tmp.write_text(json.dumps(data, indent=1))
@@ -106,6 +111,10 @@ def pytest_configure(config):
         grading.write("sandbox.json", grading.confinement.describe())
         if not config.option.collectonly:
             grading.submission()
+            if grading.measures_here:
+                # A measured area is timed against the reference before the first test (see a
+                # suite's conftest), so its worker starts now, beside the submission's.
+                grading.reference()
         if grading.device == "cuda":
             import torch
             grading.write(DEVICE_FILE, {"device_name": torch.cuda.get_device_name(0),
