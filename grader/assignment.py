@@ -54,6 +54,7 @@ class Assignment:
     call_timeout_s: float
     time_budget_s: float
     worker_memory_bytes: int | None = None   # None: the confinement's default
+    grading_gpu_bytes: int | None = None     # the most GPU memory one grading uses at once
     protect: tuple[Path, ...] = ()           # more folders a submission must not read
 
     def protected_paths(self) -> list[Path]:
@@ -85,6 +86,7 @@ class Assignment:
                 call_timeout_s=float(meta.get("call_timeout_s", 60)),
                 time_budget_s=float(meta.get("time_budget_s", 900)),
                 worker_memory_bytes=int(meta["worker_memory_mb"]) << 20 if "worker_memory_mb" in meta else None,
+                grading_gpu_bytes=int(float(meta["gpu_memory_gib"]) * 2**30) if "gpu_memory_gib" in meta else None,
                 protect=tuple(REPO / p for p in meta.get("protect", ())),
                 areas=areas)
         except KeyError as exc:

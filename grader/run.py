@@ -43,6 +43,24 @@ def cuda_device_count() -> int:
     return count.value
 
 
+def cuda_device_memory() -> list[int]:
+    """Total bytes of memory of each CUDA device this process may see, asked of the driver
+    as cuda_device_count does; empty without a driver."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return []
+    count, device, total = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_size_t(0)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return []
+    sizes = []
+    for i in range(count.value):
+        if cuda.cuDeviceGet(ctypes.byref(device), i) != 0 or cuda.cuDeviceTotalMem_v2(ctypes.byref(total), device) != 0:
+            return []
+        sizes.append(total.value)
+    return sizes
+
+
 class DeviceUnavailable(Exception):
     """--device cuda on a machine without a usable CUDA device."""
 
