@@ -29,32 +29,30 @@ SUITE_TIMEOUT_S = 3600
 DEVICE_FILE = "device.json"     # the test process's word on the GPU it opened
 
 
-def cuda_device_count() -> int:
-    """CUDA devices this process may see (CUDA_VISIBLE_DEVICES applies), asked of the
-    driver itself: importing torch to ask would cost the grader's own process seconds, and
-    it runs no kernel (the test process and the workers do)."""
+def _cuda_driver():
+    """libcuda, initialised, or None where there is no usable driver. The grader's own
+    process asks the driver itself: importing torch to ask would cost it seconds, and it
+    runs no kernel (the test process and the workers do)."""
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
     except OSError:                 # no NVIDIA driver on this machine
-        return 0
-    count = ctypes.c_int(0)
-    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return None
+    return cuda if cuda.cuInit(0) == 0 else None
+
+
+def cuda_device_count() -> int:
+    """CUDA devices this process may see (CUDA_VISIBLE_DEVICES applies)."""
+    cuda, count = _cuda_driver(), ctypes.c_int(0)
+    if cuda is None or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
         return 0
     return count.value
 
 
 def cuda_device_memory() -> list[int]:
-    """Total bytes of memory of each CUDA device this process may see, asked of the driver
-    as cuda_device_count does; empty without a driver."""
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return []
-    count, device, total = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_size_t(0)
-    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
-        return []
+    """Total bytes of memory of each CUDA device this process may see; empty if unknown."""
+    cuda, device, total = _cuda_driver(), ctypes.c_int(0), ctypes.c_size_t(0)
     sizes = []
-    for i in range(count.value):
+    for i in range(cuda_device_count()):
         if cuda.cuDeviceGet(ctypes.byref(device), i) != 0 or cuda.cuDeviceTotalMem_v2(ctypes.byref(total), device) != 0:
             return []
         sizes.append(total.value)
