@@ -67,46 +67,31 @@ def visible_gpus() -> list[str]:
     return listed[:count] if listed else [str(i) for i in range(count)]
 
 
-def gpu_memory() -> list[int]:
-    from .run import cuda_device_memory
-    return cuda_device_memory()
-
-
 def slots(device: str, jobs: int, grading_gpu_bytes: int | None = None) -> list[dict[str, str]]:
     """The extra environment of each parallel grading: on a GPU machine the gradings are
-    spread over the GPUs, and no GPU gets more than its memory holds when each grading may
-    use grading_gpu_bytes of it (then there may be fewer slots than jobs, never none)."""
+    spread over the GPUs in turn, and no GPU gets more than its memory holds when each
+    grading may use grading_gpu_bytes of it (one at least), so there may be fewer than jobs."""
     if device != "cuda":
         return [{} for _ in range(jobs)]
+    from .run import cuda_device_memory
     gpus = visible_gpus()
-    room = [jobs] * len(gpus)
-    if grading_gpu_bytes:
-        sizes = gpu_memory()
-        if len(sizes) == len(gpus):
-            room = [max(1, size // grading_gpu_bytes) for size in sizes]
-    out, taken = [], [0] * len(gpus)
-    while len(out) < jobs and any(t < r for t, r in zip(taken, room)):
-        for i, gpu in enumerate(gpus):
-            if len(out) < jobs and taken[i] < room[i]:
-                out.append({"CUDA_VISIBLE_DEVICES": gpu})
-                taken[i] += 1
-    return out
-
-
-def gpu_room_note(jobs: int, size: int, assignment) -> str:
-    return (f"grading {size} at once, not {jobs}: each grading may use "
-            f"{assignment.grading_gpu_bytes / 2**30:.0f} GiB of GPU memory (gpu_memory_gib in "
-            "assignment.toml) and the GPUs hold no more")
+    sizes = cuda_device_memory() if grading_gpu_bytes else []
+    room = [max(1, size // grading_gpu_bytes) for size in sizes] if len(sizes) == len(gpus) else [jobs] * len(gpus)
+    return [{"CUDA_VISIBLE_DEVICES": gpu} for turn in range(jobs) for gpu, n in zip(gpus, room) if turn < n][:jobs]
 
 
 class SlotPool:
-    """Slots to run gradings in, each with its environment from `slots`; `size` of them, which
-    is `jobs` unless the GPUs' memory holds fewer gradings at once."""
+    """Slots to run gradings in, each with its environment from `slots`. `note` says why there
+    are fewer than `jobs`, if there are."""
 
     def __init__(self, device: str, jobs: int, grading_gpu_bytes: int | None = None):
-        self._free: Queue = Queue()
         envs = slots(device, jobs, grading_gpu_bytes)
-        self.size = len(envs)
+        if not envs:
+            raise RuntimeError("no GPU to grade on")     # resolve_device lets no such run start
+        self.note = None if len(envs) == jobs else (
+            f"grading {len(envs)} at once, not {jobs}: each grading may use {grading_gpu_bytes / 2**30:.0f} GiB "
+            "of GPU memory (gpu_memory_gib in assignment.toml) and the GPUs hold no more")
+        self._free: Queue = Queue()
         for env in envs:
             self._free.put(env)
 
@@ -225,8 +210,8 @@ def grade_all(course: Course, device: str, jobs: int, timeout_s: float | None = 
     timeout_s = timeout_s or course.assignment.time_budget_s * 2 + 300
     runner = Runner(course, device, timeout_s)
     slot_pool = SlotPool(device, jobs, course.assignment.grading_gpu_bytes)
-    if slot_pool.size < jobs and progress:
-        print(gpu_room_note(jobs, slot_pool.size, course.assignment), file=sys.stderr)
+    if slot_pool.note and progress:
+        print(slot_pool.note, file=sys.stderr)
 
     from tqdm import tqdm
     bar = tqdm(total=len(todo), desc=f"grading {course.assignment.id}", unit="file", disable=not progress,

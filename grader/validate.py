@@ -494,12 +494,12 @@ def run_parallel(assignment: Assignment, entries: list[Entry], device: str, out:
     """`run`, with each entry validated by its own `validate --only` process, `jobs` at once."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from .batch import SlotPool, gpu_room_note
+    from .batch import SlotPool
     reports_dir = reports_dir_of(out)
     reports_dir.mkdir(parents=True, exist_ok=True)
     slot_pool = SlotPool(device, jobs, assignment.grading_gpu_bytes)
-    if slot_pool.size < jobs:
-        echo(gpu_room_note(jobs, slot_pool.size, assignment))
+    if slot_pool.note:
+        echo(slot_pool.note)
     done = []
     t0 = time.monotonic()
     original, entries = entries, longest_first(entries, reports_dir)

@@ -287,11 +287,7 @@ class Submission:
                 self._discard(f"while starting: {exc}")
                 raise type(exc)(f"the grader's worker process did not start: {exc}") from None
             if not up.get("held"):
-                err = up.get("error") if isinstance(up.get("error"), dict) else {}
-                self.failures.append(str(err.get("traceback", ""))[-4000:])
-                self._discard(None)
-                raise WorkerCrashed(f"the grader's worker process did not start: {err.get('type', '?')}: "
-                                    f"{str(err.get('message', ''))[:500]}")
+                raise WorkerCrashed(f"the grader's worker process did not start: {self._refused(up)}")
             self._up = True
         return worker
 
@@ -309,15 +305,19 @@ class Submission:
                     self.unavailable = f"your file stops the process while it is imported: {exc}"
                 raise type(exc)(f"while importing your file: {exc}") from None
             if not hello.get("ok"):
-                err = hello.get("error") or {}
-                self.unavailable = (f"your file failed to import: {err.get('type', '?')}: "
-                                    f"{str(err.get('message', ''))[:500]}")
-                self.failures.append(str(err.get("traceback", ""))[-4000:])
-                self._discard(None)
+                self.unavailable = f"your file failed to import: {self._refused(hello)}"
                 raise SubmissionUnavailable(self.unavailable)
             self.present = [f for f in hello.get("functions", []) if f in self.functions]
             self._greeted = True
         return worker
+
+    def _refused(self, reply: dict) -> str:
+        """"Type: message" of a worker that could not start or import; the worker is stopped and
+        the traceback kept for the instructor."""
+        err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
+        self.failures.append(str(err.get("traceback", ""))[-4000:])
+        self._discard(None)
+        return f"{err.get('type', '?')}: {str(err.get('message', ''))[:500]}"
 
     def _discard(self, why: str | None) -> None:
         if self._worker is not None:

@@ -39,3 +39,18 @@ def run_pytest():
         return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
                               cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     return run
+
+
+@pytest.fixture(scope="session")
+def run_kernel_check():
+    """Run a script that launches Triton kernels in a child process from the repository root,
+    on the GPU if there is one and through the Triton interpreter if not (the interpreter is
+    chosen when triton is imported, hence the process of its own)."""
+    import torch
+    env = dict(os.environ)
+    env.setdefault("TRITON_INTERPRET", "0" if torch.cuda.is_available() else "1")
+
+    def run(script: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=300)
+    return run

@@ -1,14 +1,8 @@
 """The scattered-copy ceiling in docs/performance.md is only a ceiling for the write if the copy
 behind it (bench/ceilings.py) moves every row exactly once to where it claims: a copy that
 dropped or doubled rows would be faster than a real one. Checked on a row that is not a power
-of two and a row count that is not a multiple of the rows per program, through the Triton
-interpreter when there is no GPU (in a process of its own: the interpreter is chosen at import)."""
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
+of two and a row count that is not a multiple of the rows per program (where it runs: see
+run_kernel_check)."""
 
 CHECK = r"""
 import sys, torch
@@ -38,14 +32,6 @@ sys.exit(1 if problems else 0)
 """
 
 
-def test_run_copy_moves_every_row_once_to_its_destination():
-    env = dict(os.environ)
-    env.setdefault("TRITON_INTERPRET", "0" if _has_gpu() else "1")
-    r = subprocess.run([sys.executable, "-c", CHECK], cwd=REPO, env=env, capture_output=True, text=True,
-                       timeout=300)
+def test_run_copy_moves_every_row_once_to_its_destination(run_kernel_check):
+    r = run_kernel_check(CHECK)
     assert r.returncode == 0, f"bench/ceilings.py's run copy is wrong: {r.stdout}{r.stderr[-2000:]}"
-
-
-def _has_gpu() -> bool:
-    import torch
-    return torch.cuda.is_available()

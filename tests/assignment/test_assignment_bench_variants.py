@@ -1,14 +1,8 @@
 """The kernel shapes the bench compares with the reference (bench/write_variants.py) must
 write what the reference writes, or docs/performance.md would compare unlike things.
 Checked on a shape that exercises every mask: H*D not a power of two, T not a multiple
-of the tokens per program, padding, fused-QKV strides. Without a GPU it runs through the
-Triton interpreter, in a process of its own (the interpreter is chosen at import)."""
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
+of the tokens per program, padding, fused-QKV strides. Runs on the GPU, or through the Triton
+interpreter where there is none (see run_kernel_check)."""
 
 CHECK = r"""
 import importlib.util, sys, torch
@@ -37,14 +31,7 @@ sys.exit(1 if wrong else 0)
 """
 
 
-def test_every_variant_writes_what_the_reference_writes():
-    env = dict(os.environ)
-    env.setdefault("TRITON_INTERPRET", "0" if _has_gpu() else "1")
-    r = subprocess.run([sys.executable, "-c", CHECK], cwd=REPO, env=env, capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, f"bench variants that do not write what the reference writes: {r.stdout}{r.stderr[-2000:]}"
-
-
-def _has_gpu() -> bool:
-    import torch
-    return torch.cuda.is_available()
+def test_every_variant_writes_what_the_reference_writes(run_kernel_check):
+    r = run_kernel_check(CHECK)
+    assert r.returncode == 0, ("bench variants that do not write what the reference writes: "
+                               f"{r.stdout}{r.stderr[-2000:]}")

@@ -156,14 +156,16 @@ def test_one_worker_per_gpu(monkeypatch):
 def test_a_gpu_gets_no_more_gradings_than_its_memory_holds(monkeypatch):
     """The int64 test alone maps 26 GB: eight gradings on one 141 GB GPU would run honest
     submissions out of memory, and out of points."""
+    import grader.run
     monkeypatch.setattr(batch, "visible_gpus", lambda: ["0", "1"])
-    monkeypatch.setattr(batch, "gpu_memory", lambda: [140 << 30, 40 << 30])
+    monkeypatch.setattr(grader.run, "cuda_device_memory", lambda: [140 << 30, 40 << 30])
     placed = [env["CUDA_VISIBLE_DEVICES"] for env in batch.slots("cuda", 8, 32 << 30)]
     assert placed == ["0", "1", "0", "0", "0"]            # four fit on the first GPU, one on the second
     assert len(batch.slots("cuda", 3, 32 << 30)) == 3     # fewer asked for than fit: all of them
     assert len(batch.slots("cuda", 4, 200 << 30)) == 2    # a grading larger than a GPU still gets one
-    assert batch.SlotPool("cuda", 8, 32 << 30).size == 5
-    monkeypatch.setattr(batch, "gpu_memory", lambda: [])   # the driver did not say: as asked
+    assert "grading 5 at once, not 8" in batch.SlotPool("cuda", 8, 32 << 30).note
+    assert batch.SlotPool("cuda", 3, 32 << 30).note is None
+    monkeypatch.setattr(grader.run, "cuda_device_memory", lambda: [])   # the driver did not say: as asked
     assert len(batch.slots("cuda", 8, 32 << 30)) == 8
 
 
