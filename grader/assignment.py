@@ -43,6 +43,16 @@ class Area:
 
 
 @dataclass(frozen=True)
+class LeaderboardColumn:
+    """One column of Gradescope's leaderboard: a number a hidden test recorded, on gradings
+    where that test passed."""
+    name: str
+    test: str                 # the test's name as pytest shows it, parameters included: test_x[case]
+    figure: str               # "measure" (what the area's curve scores) or one of the test's figures
+    order: str = "desc"       # Gradescope's sort order: "desc" (larger is better) or "asc"
+
+
+@dataclass(frozen=True)
 class Assignment:
     id: str
     title: str
@@ -56,6 +66,7 @@ class Assignment:
     worker_memory_bytes: int | None = None   # None: the confinement's default
     grading_gpu_bytes: int | None = None     # the most GPU memory one grading uses at once
     protect: tuple[Path, ...] = ()           # more folders a submission must not read
+    leaderboard: tuple[LeaderboardColumn, ...] = ()   # empty: the report carries no leaderboard
 
     def protected_paths(self) -> list[Path]:
         """Closed to the worker's uid: the solution, the hidden suites, the repository's
@@ -88,6 +99,7 @@ class Assignment:
                 worker_memory_bytes=int(meta["worker_memory_mb"]) << 20 if "worker_memory_mb" in meta else None,
                 grading_gpu_bytes=int(float(meta["gpu_memory_gib"]) * 2**30) if "gpu_memory_gib" in meta else None,
                 protect=tuple(REPO / p for p in meta.get("protect", ())),
+                leaderboard=_leaderboard(data.get("leaderboard", {}), path),
                 areas=areas)
         except KeyError as exc:
             raise AssignmentError(f"{path}: missing key {exc}") from None
@@ -126,3 +138,23 @@ class Assignment:
     @property
     def total_points(self) -> float:
         return sum(a.points for a in self.areas.values())
+
+
+def _leaderboard(spec: dict, path: Path) -> tuple[LeaderboardColumn, ...]:
+    """[leaderboard] enabled = true/false, columns = [{name, test, figure, order}]: off unless enabled."""
+    if not spec.get("enabled", False):
+        return ()
+    columns = []
+    for i, col in enumerate(spec.get("columns", ())):
+        try:
+            column = LeaderboardColumn(name=col["name"], test=col["test"], figure=col["figure"],
+                                       order=col.get("order", "desc"))
+        except (KeyError, TypeError) as exc:
+            raise AssignmentError(f"{path}: leaderboard column {i + 1} needs name, test and figure ({exc})") from None
+        if column.order not in ("asc", "desc"):
+            raise AssignmentError(f"{path}: leaderboard column {column.name!r}: order must be \"asc\" or \"desc\", "
+                                  f"not {column.order!r}")
+        columns.append(column)
+    if not columns:
+        raise AssignmentError(f"{path}: the leaderboard is enabled but has no columns")
+    return tuple(columns)

@@ -48,7 +48,7 @@ def build(assignment: Assignment, areas: dict[str, AreaResult], results: list[Te
         tests.append(entry)
         instructor.setdefault("tests", {})[number] = r.nodeid
     outcomes = {o: sum(r.outcome == o for r in results) for o in ("passed", "failed", "error", "crashed", "timeout", "skipped")}
-    return {
+    report = {
         "score": round(score, 2),
         "max_score": round(max_score, 2),
         "execution_time": round(phases.get("total_s", 0.0), 2),
@@ -74,6 +74,25 @@ def build(assignment: Assignment, areas: dict[str, AreaResult], results: list[Te
             "instructor": instructor,
         },
     }
+    board = leaderboard(assignment, results)
+    if board:
+        report["leaderboard"] = board
+    return report
+
+
+def leaderboard(assignment: Assignment, results: list[TestResult]) -> list[dict]:
+    """Gradescope's leaderboard entries: each column's number from its test, where that test
+    passed and recorded it (a CPU grading, or a failed timing, leaves the column out)."""
+    entries = []
+    for column in assignment.leaderboard:
+        result = next((r for r in results if r.outcome == "passed"
+                       and r.nodeid.rsplit("::", 1)[-1] == column.test), None)
+        if result is None:
+            continue
+        value = result.measure if column.figure == "measure" else (result.figures or {}).get(column.figure)
+        if value is not None:
+            entries.append({"name": column.name, "value": float(f"{value:.6g}"), "order": column.order})
+    return entries
 
 
 def _student_output(r: TestResult) -> str:

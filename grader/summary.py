@@ -48,6 +48,7 @@ def build(course: Course, out: Path) -> Path:
         parts.append(_scores(course, reports, out))
         parts.append(_areas(course, reports, out))
         parts.append(_performance(reports, out))
+        parts.append(_leaderboard(course, reports))
         parts.append(_hints(reports))
         parts.append(_identical(reports))
     else:
@@ -145,6 +146,37 @@ def _performance(reports: list[Row], out: Path) -> str:
         axes[1].hist(measures, bins=15, color="#b5824a", edgecolor="white")
         axes[1].set_xlabel("measure, median over the area's tests")
     return f"<h2>Performance ({len(graded)} graded)</h2>" + _save(fig, out, "performance.png")
+
+
+def _leaderboard(course: Course, reports: list[Row]) -> str:
+    """The leaderboard the reports carry, ranked by its first column (only where the assignment has one)."""
+    columns = course.assignment.leaderboard
+    if not columns:
+        return ""
+    entries = []
+    for r in reports:
+        values = {e.get("name"): e.get("value") for e in r.report.get("leaderboard") or []}
+        if isinstance(values.get(columns[0].name), (int, float)):
+            entries.append((r.student, values))
+    if not entries:
+        return ("<h2>Leaderboard</h2><p class=note>No report has a leaderboard entry yet: it is filled on "
+                "GPU gradings whose timed test passed.</p>")
+    first = columns[0]
+    entries.sort(key=lambda e: e[1][first.name], reverse=first.order == "desc")
+    head = "".join(f"<th>{html.escape(c.name)}</th>" for c in columns)
+    body = "".join(
+        f"<tr><td class=num>{rank}</td><td>{html.escape(student)}</td>"
+        + "".join(f"<td class=num>{_value(values.get(c.name))}</td>" for c in columns) + "</tr>"
+        for rank, (student, values) in enumerate(entries, start=1))
+    return (f"<h2>Leaderboard</h2><p class=note>Ranked by {html.escape(first.name)} "
+            f"({'larger' if first.order == 'desc' else 'smaller'} first); students whose timed test did not "
+            f"pass are not ranked.</p><table><tr><th>rank</th><th>student</th>{head}</tr>{body}</table>")
+
+
+def _value(v) -> str:
+    if isinstance(v, (int, float)):
+        return f"{v:,.3g}" if abs(v) < 100 else f"{v:,.0f}"
+    return "–" if v is None else html.escape(str(v))
 
 
 def _measures(row: Row) -> list[float]:
