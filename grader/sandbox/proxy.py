@@ -50,6 +50,11 @@ WORKER_FILES = ("worker.py", "wire.py", "vmm.py")
 # A submission that hangs keeps hanging: after this many timeouts in a row its other
 # tests fail at once instead of each waiting out the call timeout.
 TIMEOUTS_TO_GIVE_UP = 3
+# How long time_calls looks for a timed batch's outputs after the worker has answered: a worker
+# that answers early by a factor past this has its window closed with the outputs not there, and
+# the caller's check fails it.
+SETTLE_FACTOR = 20
+SETTLE_MIN_S = 0.05
 
 
 class SandboxFailure(BaseException):
@@ -340,15 +345,23 @@ class Submission:
                 self._discard(f"{name}: malformed result {exc}")
                 raise WorkerCrashed(f"returned something that is not a plain value or tensor ({exc})") from None
 
-    def time_calls(self, name: str, calls: list[tuple[tuple, dict]], refill=None) -> float:
-        """Wall seconds for the worker to run `calls` back to back and synchronise.
+    def time_calls(self, name: str, calls: list[tuple[tuple, dict]], refill=None, settled=None) -> float:
+        """Wall seconds for the worker to run `calls` back to back, until their outputs are seen.
 
         The inputs are mapped first; then `refill()` writes fresh data into them, so
         nothing could be computed ahead of the timed window; the caller checks every
         output afterwards. Only tensors from `exchange` may be used: staging copies
         would be timed too and their results copied back too late. The window also
         holds the round trip to the worker (time an empty `calls` for it); the worker
-        unmaps the inputs after it answers."""
+        unmaps the inputs after it answers.
+
+        The worker's answer does not close the window: its code is the submission's, and
+        a patched synchronize can answer before the work is done. `settled()` is the
+        grader's own look at the outputs, from this process, and the window closes when
+        it first holds. It is polled for at most SETTLE_FACTOR times the answer's own
+        time (and SETTLE_MIN_S); past that the window closes anyway and the caller's check
+        of the outputs decides. An honest worker has synchronised before answering, so
+        its outputs hold at the first look: the look's cost is part of the round trip."""
         with self._budgeted():
             worker = self._worker_with(name)
             with contextlib.ExitStack() as stack:
@@ -362,6 +375,11 @@ class Submission:
                     torch.cuda.synchronize()
                 started = time.perf_counter()
                 self._request(worker, name, {"op": "go"})
+                if settled is not None:
+                    answered = time.perf_counter() - started
+                    give_up = started + max(SETTLE_MIN_S, SETTLE_FACTOR * answered)
+                    while not settled() and time.perf_counter() < give_up:
+                        pass
                 return time.perf_counter() - started
 
     @contextlib.contextmanager

@@ -37,7 +37,7 @@ def reference_timings(request, device, submission, run_seed, gpu_alone) -> dict:
                 copy_ceiling(device)
                 batch = Batch(reference, case, case_seed(run_seed, case))
                 timed(reference, batch)                  # compile and warm up
-                fixed = round_trip(reference)
+                fixed = round_trip(reference, batch)
                 t_ref = min(timed(reference, batch) for _ in range(REPEATS)) - fixed
                 timings[case] = {"t_ref_s": t_ref, "round_trip_s": fixed, "ref_alone": float(alone),
                                  "gbps_ref": batch.bytes_moved / t_ref / 1e9}

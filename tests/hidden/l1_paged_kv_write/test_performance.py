@@ -27,7 +27,7 @@ def test_bandwidth_relative_to_reference(submission, reference, reference_timing
     # The round trip is measured on the reference's worker, as it was when the reference was
     # timed, and the smaller is subtracted: a submission that stalls on an empty batch, or
     # loads the host while the reference answers, would otherwise get more time taken off.
-    fixed = min(quiet["round_trip_s"], round_trip(reference))
+    fixed = min(quiet["round_trip_s"], round_trip(reference, mine))
     mine_t = [timed(submission, mine) - fixed for _ in range(REPEATS)]
     # The fastest: a neighbour on the GPU or a descheduled worker can only add time, and a
     # batch cannot run faster than its code allows, since every launch's output is checked.

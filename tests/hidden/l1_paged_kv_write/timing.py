@@ -1,15 +1,19 @@
 """How the performance area times a write: the cases, their inputs, the copy ceiling.
 
-Trust comes from four rules: the grader's own process holds the clock; every timed
-launch gets inputs written after the worker has mapped them (fresh values and fresh,
-distinct slots each repeat), so nothing can be computed ahead or replayed; every
-launch's output is checked afterwards, so a launch that was skipped fails the test;
-and the reference is timed before any of the submission's code has run (conftest.py),
-so nothing the submission starts can slow the reference down and lift its own ratio.
-A time below what the memory system allows is rejected outright.
+Trust comes from five rules: the grader's own process holds the clock; the clock stops
+when this process sees the outputs written, not when the worker says it is done (rows
+picked after the inputs are written, unknown to the worker, read from here: a worker
+that fakes its synchronize cannot stop the clock early); every timed launch gets inputs
+written after the worker has mapped them (fresh values and fresh, distinct slots each
+repeat), so nothing can be computed ahead or replayed; every launch's output is checked
+afterwards, so a launch that was skipped fails the test; and the reference is timed
+before any of the submission's code has run (conftest.py), so nothing the submission
+starts can slow the reference down and lift its own ratio. A time below what the memory
+system allows is rejected outright.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import zlib
 
@@ -28,6 +32,8 @@ CASES = {
 }
 REPEATS = 9
 BLOCK_SIZE = 16
+WATCHED_ROWS = 256      # rows the clock waits for: a worker that left even 1% of its rows to finish
+                        # after answering is seen with probability 1 - 0.99**256 > 92%
 
 _CEILINGS: list[float] = []
 
@@ -77,7 +83,12 @@ class Batch:
         else:
             self.keys = [self.rows[i, 0].view(T, H, D) for i in range(n)]
             self.values = [self.rows[i, 1].view(T, H, D) for i in range(n)]
+        self.layout = layout
         self.gen = torch.Generator(device=self.rows.device).manual_seed(seed)
+        # The watched rows are drawn from a generator of this process only, seeded afresh, so
+        # that neither the inputs nor the seed tell the worker which rows they are.
+        self.watch_gen = torch.Generator(device=self.rows.device).manual_seed(
+            int.from_bytes(os.urandom(8), "little") & (2**63 - 1))
 
     def calls(self):
         return [((self.keys[i], self.values[i], self.k_cache, self.v_cache, self.slot_table[i]), {})
@@ -90,6 +101,26 @@ class Batch:
         slots = torch.randperm(self.k_cache.shape[0] * BLOCK_SIZE, generator=self.gen,
                                device=self.rows.device)[: self.n * self.T]
         self.slot_table.copy_(slots.view(self.n, self.T))
+        self._watch()
+
+    def _watch(self):
+        """Pick the rows whose arrival stops the clock, and what they must hold."""
+        pick = torch.randint(0, self.n * self.T, (WATCHED_ROWS,), generator=self.watch_gen, device=self.rows.device)
+        call, token = pick // self.T, pick % self.T
+        if self.layout == "fused":
+            self.watch_k = self.rows[call, token, self.HD:2 * self.HD].clone()
+            self.watch_v = self.rows[call, token, 2 * self.HD:].clone()
+        else:
+            self.watch_k = self.rows[call, 0, token].clone()
+            self.watch_v = self.rows[call, 1, token].clone()
+        self.watch_slots = self.slot_table[call, token].clone()
+
+    def settled(self) -> bool:
+        """Do the watched rows hold their values, as seen from this process? Reads go to memory
+        the worker writes from its own CUDA context, so nothing it does in its process (a
+        patched synchronize, an early answer) can make this true before its kernels wrote them."""
+        return (torch.equal(self.k_cache.view(-1, self.HD)[self.watch_slots], self.watch_k)
+                and torch.equal(self.v_cache.view(-1, self.HD)[self.watch_slots], self.watch_v))
 
     def check(self) -> bool:
         slots = self.slot_table.reshape(-1)
@@ -109,7 +140,7 @@ class Batch:
 
 def timed(proxy, batch: Batch) -> float:
     """Wall seconds of one timed batch, every output checked afterwards."""
-    seconds = proxy.time_calls("reshape_and_cache", batch.calls(), refill=batch.refill)
+    seconds = proxy.time_calls("reshape_and_cache", batch.calls(), refill=batch.refill, settled=batch.settled)
     assert batch.check(), ("a timed launch did not leave the expected cache, so its time cannot count: "
                            "either the write is wrong on these inputs (random slots, slot 0 included; "
                            "see the write, padding and strided_qkv areas) or a launch was skipped or "
@@ -117,6 +148,7 @@ def timed(proxy, batch: Batch) -> float:
     return seconds
 
 
-def round_trip(proxy) -> float:
-    """What a timed window holds besides the launches: an empty batch's window."""
-    return statistics.median(proxy.time_calls("reshape_and_cache", []) for _ in range(5))
+def round_trip(proxy, batch: Batch) -> float:
+    """What a timed window holds besides the launches: an empty batch's window, closed by one
+    look at `batch`'s watched rows (written by the timed batch before, so the look succeeds)."""
+    return statistics.median(proxy.time_calls("reshape_and_cache", [], settled=batch.settled) for _ in range(5))

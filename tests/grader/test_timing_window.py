@@ -1,0 +1,69 @@
+"""A timed window closes when the grader sees the outputs, not when the worker answers:
+a worker whose code answers early (the toy stand-in for a patched synchronize) is timed
+until its work shows, and an honest worker pays one look, like the round trip."""
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from grader.sandbox import Confinement, Submission, proxy
+from grader.sandbox.proxy import SETTLE_MIN_S
+
+TOY = Path(__file__).parent / "toy" / "submissions"
+
+
+@pytest.fixture
+def timed_batch():
+    made = []
+
+    def make(name):
+        conf = Confinement.prepare("cpu", [], want_uid=False)
+        sub = Submission(TOY / name, ["add_into", "echo"], torch.device("cpu"), conf, timeout=60)
+        made.append(sub)
+        x, y = sub.exchange.zeros((1024,), torch.float32), sub.exchange.zeros((1024,), torch.float32)
+
+        def refill():
+            x.zero_()
+            y.normal_()
+        sub.echo(0)                                  # imported before anything is timed
+        return sub, x, y, refill
+    yield make
+    for sub in made:
+        sub.close()
+
+
+def test_an_early_answer_does_not_stop_the_clock(timed_batch, monkeypatch):
+    sub, x, y, refill = timed_batch("answers_early.py")
+    answered = sub.time_calls("add_into", [((x, y), {})], refill=refill)
+    assert answered < 0.3, "the toy must answer before its thread adds, or this test shows nothing"
+    time.sleep(0.6)                                      # that late write lands before the next refill
+    monkeypatch.setattr(proxy, "SETTLE_MIN_S", 5.0)      # room to wait for the late write
+    seen = sub.time_calls("add_into", [((x, y), {})], refill=refill, settled=lambda: torch.equal(x, y))
+    assert seen >= 0.4, f"the window closed at {seen:.3f} s, before the late write landed"
+    assert torch.equal(x, y)
+
+
+def test_an_answer_far_too_early_closes_the_window_without_the_outputs(timed_batch):
+    sub, x, y, refill = timed_batch("answers_early.py")
+    seconds = sub.time_calls("add_into", [((x, y), {})], refill=refill, settled=lambda: torch.equal(x, y))
+    # The late write needs 0.4 s, past SETTLE_MIN_S and SETTLE_FACTOR times the answer: the window
+    # closes without it, and the caller's check of the outputs is what fails such a batch.
+    assert SETTLE_MIN_S <= seconds < 0.3 and not torch.equal(x, y)
+
+
+def test_an_honest_worker_is_seen_at_the_first_look(timed_batch):
+    sub, x, y, refill = timed_batch("good.py")
+    looks = []
+
+    def settled():
+        looks.append(1)
+        return torch.equal(x, y)
+    seconds = sub.time_calls("add_into", [((x, y), {})], refill=refill, settled=settled)
+    assert len(looks) == 1 and seconds < SETTLE_MIN_S + 1.0
+
+
+def test_outputs_that_never_show_close_the_window_for_the_check_to_fail(timed_batch):
+    sub, x, y, refill = timed_batch("good.py")
+    seconds = sub.time_calls("add_into", [((x, y), {})], refill=refill, settled=lambda: False)
+    assert SETTLE_MIN_S <= seconds < SETTLE_MIN_S + 2.0
