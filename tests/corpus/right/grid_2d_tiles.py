@@ -1,4 +1,4 @@
-"""Right: a 2-D grid (token, tile of H*D) as vLLM's Triton write does; no early return for T = 0.
+"""Right: a 2-D grid (token, tile of H*D) as vLLM's Triton write does; no early return for T = 0 (the launch is guarded instead).
 
 TILE is min(1024, next_pow2(H*D)); each program copies one tile of one token's row.
 """
