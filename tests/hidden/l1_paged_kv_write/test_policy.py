@@ -26,7 +26,8 @@ GATE = ("Until this passes, write/padding/strided_qkv/int64_overflow earn no poi
 
 
 def _one_call(submission, rng, shared, device, record_property):
-    """reshape_and_cache on a small valid batch; the worker's account of that call."""
+    """reshape_and_cache on a small valid batch: (the worker's account of that call, whether
+    both caches hold every token's row at its slot afterwards)."""
     kc, vc = shared.zeros((NB, BS, H, D), torch.float32), shared.zeros((NB, BS, H, D), torch.float32)
     key, value = token_rows(rng, T, H, D, torch.float32, device)
     slots = random_slots(rng, T, NB * BS).to(device)
@@ -35,8 +36,9 @@ def _one_call(submission, rng, shared, device, record_property):
         record_property("detail", f"raised {raised_type(err)}: {raised_message(err, 1000)}")
         fail(error_hint("reshape_and_cache", err))
     observed = submission.last_observed
-    record_property("detail", f"observed {observed}")
-    return observed
+    written = all(torch.equal(cache.view(-1, H, D)[slots], src) for cache, src in ((kc, key), (vc, value)))
+    record_property("detail", f"observed {observed}; caches written: {written}")
+    return observed, written
 
 
 def _source_launches(source: str) -> bool:
@@ -57,7 +59,7 @@ def _source_launches(source: str) -> bool:
 def test_reshape_and_cache_launches_a_triton_kernel(submission, submission_source, rng, shared, device,
                                                     record_property):
     """A call of reshape_and_cache launches at least one Triton kernel"""
-    observed = _one_call(submission, rng, shared, device, record_property)
+    observed, _ = _one_call(submission, rng, shared, device, record_property)
     launches = (observed or {}).get("triton_launches")
     if launches is None:
         assert _source_launches(submission_source), (
@@ -70,8 +72,11 @@ def test_reshape_and_cache_launches_a_triton_kernel(submission, submission_sourc
 
 
 def test_the_caches_are_written_by_the_kernel(submission, rng, shared, device, record_property):
-    """No PyTorch operation writes k_cache or v_cache: the Triton kernel does the write"""
-    observed = _one_call(submission, rng, shared, device, record_property)
+    """The call writes both caches, and no PyTorch operation writes them: the Triton kernel does"""
+    observed, written = _one_call(submission, rng, shared, device, record_property)
+    assert written, ("after the call the caches did not hold every token's K and V rows at its "
+                     "slot, so there is no write to judge: the write area's hints say what is "
+                     "wrong. " + GATE)
     writes = [(CACHES[w], op) for w, op in (observed or {}).get("torch_writes", []) if w in CACHES]
     assert not writes, (
         "PyTorch wrote the caches outside any Triton kernel: "
