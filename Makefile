@@ -15,7 +15,7 @@ help:
 	@echo "make test                      the project's own tests (CPU interpreter when no GPU)"
 	@echo "make template                  regenerate student_template/ from the reference (nbgrader)"
 	@echo "make release                   the student bundle in build/release/"
-	@echo "make validate [JOBS=n]         grade the reference and the wrong/adversarial corpus, print the kill matrix"
+	@echo "make validate [JOBS=n]         grade the reference and the wrong/adversarial/right corpus, print the kill matrix"
 	@echo "make grade-all COURSE=dir      grade a class in nbgrader's layout [DEVICE=..] [JOBS=n]"
 	@echo "make demo-class COURSE=dir     a class to try grade-all on, from the corpus (then --check it)"
 	@echo "make summary COURSE=dir        the class page with plots, in COURSE/summary/"

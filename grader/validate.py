@@ -6,9 +6,12 @@ submissions and check that each got what it must.
 
 The corpus lives in tests/corpus/: wrong.toml (`[name]`, `bug`, `fails = [areas]`,
 and the bug itself as `[[name.edit]]` tables, `old` -> `new` on the reference under
-its own `doc`, or else a file wrong/<name>.py) and adversarial.toml (`[name]`, `trick`, `deserves` in
+its own `doc`, or else a file wrong/<name>.py), adversarial.toml (`[name]`, `trick`, `deserves` in
 points, optionally `deserves_without_privilege_drop` and `fast`, file
-adversarial/<name>.py). An area counts as passed only when it earned all its
+adversarial/<name>.py) and right.toml (`[name]`, `style`, optionally `device` and `fast`, file
+right/<name>.py): correct solutions written otherwise than the reference, which must
+earn every point of every area but those scored on a curve (a slower one may lose
+speed points; the matrix shows how many). An area counts as passed only when it earned all its
 points, so an area gated by another one counts as failed. Besides its score, an
 adversarial submission must not keep any test running well past the call timeout.
 
@@ -50,7 +53,7 @@ class CorpusError(ValueError):
 
 @dataclass(frozen=True)
 class Entry:
-    kind: str                         # "reference", "wrong" or "adversarial"
+    kind: str                         # "reference", "wrong", "adversarial" or "right"
     name: str
     file: Path
     note: str = ""                    # the bug or the trick
@@ -58,6 +61,8 @@ class Entry:
     deserves: float | None = None     # adversarial: the most it may score; None: anything
     deserves_without_drop: float | None = None
     fast: bool = False
+    device: str | None = None         # right: graded only on this device (None: any)
+    may_lose: tuple[str, ...] = ()    # right: areas scored on a curve, where speed may cost points
 
     @property
     def stem(self) -> str:
@@ -143,7 +148,7 @@ def load_corpus(assignment: Assignment, corpus: Path = CORPUS, mutants: Path | N
     as edits of the reference are written out as files under `mutants` (a private folder
     made here when None)."""
     entries = [Entry("reference", "reference", assignment.reference, "the instructor's solution")]
-    for kind in ("wrong", "adversarial"):
+    for kind in ("wrong", "adversarial", "right"):
         path = corpus / f"{kind}.toml"
         if not path.exists():
             continue
@@ -175,6 +180,15 @@ def load_corpus(assignment: Assignment, corpus: Path = CORPUS, mutants: Path | N
                 # An area gated by a failed one fails too: wrong.toml names only what the bug breaks.
                 entries.append(Entry(kind, name, file, str(spec.get("bug", "")),
                                      assignment.with_dependents(fails), fast=fast))
+            elif kind == "right":
+                device = spec.get("device")
+                if device not in (None, "cpu", "cuda"):
+                    raise CorpusError(f"{where}: `device` must be \"cpu\" or \"cuda\", not {device!r}")
+                if not spec.get("style"):
+                    raise CorpusError(f"{where}: `style` must say how it differs from the reference")
+                curved = tuple(n for n, a in assignment.areas.items() if a.curve)
+                entries.append(Entry(kind, name, file, str(spec["style"]), fast=fast, device=device,
+                                     may_lose=curved))
             else:
                 if "deserves" not in spec:
                     raise CorpusError(f"{where}: `deserves` is missing")
@@ -198,7 +212,7 @@ def select(entries: list[Entry], only: list[str] | None = None, fast: bool = Fal
         wrong = [e for e in entries if e.kind == "wrong"]
         wrong = [e for e in wrong if e.fast] or wrong[:FAST_WRONG]
         return [e for e in entries if e.kind == "reference" or e in wrong
-                or (e.kind == "adversarial" and e.fast)]
+                or (e.kind in ("adversarial", "right") and e.fast)]
     return list(entries)
 
 
@@ -230,6 +244,8 @@ def allowed_score(entry: Entry, report: dict | None) -> float | None:
 def expectations(entry: Entry, cols: list[str], allowed: float | None = None) -> dict[str, str | None]:
     if entry.kind == "reference":
         return {a: "pass" for a in cols}
+    if entry.kind == "right":
+        return {a: None if a in entry.may_lose else "pass" for a in cols}
     if entry.kind == "wrong":
         return {a: "fail" if a in entry.fails else "pass" for a in cols}
     if allowed is not None and allowed <= EPS:
@@ -292,6 +308,13 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
     elif entry.kind == "wrong":
         row.problems += [f"passes {a}, which it must fail" for a in cols if row.cells[a] == "MISS"]
         row.problems += [f"fails {a}, which it must pass" for a in cols if row.cells[a] == "EXTRA"]
+    elif entry.kind == "right":
+        areas = extra.get("areas", {})
+        for a in cols:
+            if row.cells[a] == "EXTRA":
+                row.problems.append(f"a correct solution lost points in {a}: {_lost(areas.get(a) or {})}")
+            elif row.expected[a] is None:
+                row.cells[a] = _points_of(areas.get(a) or {})    # how much speed cost it
     elif row.allowed is not None:
         if not isinstance(row.score, (int, float)) or row.score > row.allowed + EPS:
             row.problems.append(f"scored {row.score}, deserves at most {row.allowed:g}")
@@ -303,6 +326,23 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
     if extra.get("problem"):
         row.notes.append(str(extra["problem"])[:200])
     return row
+
+
+def _points_of(area: dict) -> str:
+    try:
+        return f"{float(area['score']):.3g}/{float(area['points']):g}"
+    except (KeyError, TypeError, ValueError):
+        return "?"
+
+
+def _lost(area: dict) -> str:
+    """What the report says about an area a correct solution did not get in full."""
+    why = f"{_points_of(area)} points"
+    if area.get("gated_by"):
+        why += f", gated by {', '.join(area['gated_by'])}"
+    if area.get("passed") is not None and area.get("total") is not None:
+        why += f", {area['passed']} of {area['total']} tests passed"
+    return why
 
 
 def render(rows: list[Row], cols: list[str]) -> str:
@@ -321,6 +361,15 @@ def render(rows: list[Row], cols: list[str]) -> str:
         for p in r.problems:
             lines.append(f"! {r.entry.label}: {p}")
     return "\n".join(lines)
+
+
+def skip_reason(entry: Entry, cols: list[str], device: str) -> str | None:
+    """Why grading this entry on this device would show nothing, or None."""
+    if entry.kind == "wrong" and not set(entry.fails) & set(cols):
+        return f"fails only areas not graded on {device}"
+    if entry.device not in (None, device):
+        return f"runs on {entry.device} only"
+    return None
 
 
 # -- checks around a grading -------------------------------------------------------
@@ -453,9 +502,9 @@ def run(assignment: Assignment, entries: list[Entry], device: str, out: Path,
     t0 = time.monotonic()
     for i, entry in enumerate(entries, 1):
         prefix = f"[{i}/{len(entries)}] {entry.label}"
-        if entry.kind == "wrong" and not set(entry.fails) & set(cols):
-            row = Row(entry, expected=expectations(entry, cols),
-                      skipped=f"fails only areas not graded on {device}")
+        skip = skip_reason(entry, cols, device)
+        if skip:
+            row = Row(entry, expected=expectations(entry, cols), skipped=skip)
             rows.append(row)
             echo(f"{prefix}: {summary_line(row)}")
             continue

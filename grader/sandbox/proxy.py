@@ -215,6 +215,22 @@ def _exchange_root() -> str | None:
     return "/dev/shm" if st.f_frsize * st.f_blocks >= 8 << 30 and os.access("/dev/shm", os.W_OK) else None
 
 
+def _observed(raw) -> dict | None:
+    """The worker's account of a call (see worker.Observer), checked for shape: launches (an
+    int, or None where they could not be seen) and [argument, op] pairs of PyTorch writes."""
+    if not isinstance(raw, dict):
+        return None
+    launches = raw.get("triton_launches")
+    writes = raw.get("torch_writes")
+    if not (launches is None or (isinstance(launches, int) and not isinstance(launches, bool) and launches >= 0)):
+        return None
+    if not isinstance(writes, list) or not all(
+            isinstance(w, list) and len(w) == 2 and isinstance(w[0], (int, str)) and isinstance(w[1], str)
+            for w in writes):
+        return None
+    return {"triton_launches": launches, "torch_writes": [(w[0], w[1][:100]) for w in writes[:32]]}
+
+
 class Submission:
     """Callable stand-in for the submitted module, e.g. `sub.slot_mapping(...)`."""
 
@@ -247,6 +263,7 @@ class Submission:
         self.import_crashes = 0
         self.timeouts_in_a_row = 0
         self.failures: list[str] = []          # instructor detail: worker deaths and log tails
+        self.last_observed: dict | None = None # what the worker saw the last answered call do
 
     @cached_property
     def exchange(self) -> "Exchange":
@@ -333,12 +350,14 @@ class Submission:
             self._worker = None
 
     def call(self, name: str, *args, **kwargs):
+        self.last_observed = None
         with self._budgeted():
             worker = self._worker_with(name)
             with self.exchange.crossing(args, kwargs) as (wargs, wkwargs):
                 reply, blobs = self._request(worker, name, {"op": "call", "fn": name, "args": wargs,
                                                             "kwargs": wkwargs})
             from .exchange import tensor_from_wire
+            self.last_observed = _observed(reply.get("observed"))
             try:
                 return wire.decode(reply.get("value"), lambda d: tensor_from_wire(d, blobs, self.device))
             except wire.WireError as exc:

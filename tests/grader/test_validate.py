@@ -140,6 +140,34 @@ def test_grader_failures_and_leftovers_are_problems():
     assert any("graded on cpu" in p for p in row.problems)
 
 
+def right(device=None):
+    return v.Entry("right", "style", Path("style.py"), device=device, may_lose=("performance",))
+
+
+def test_right_entry_at_full_marks_is_fine():
+    row = v.judge(right(), report(passed=ALL), CPU, device="cpu")
+    assert row.problems == [] and set(row.cells.values()) == {"ok"}
+
+
+def test_right_entry_losing_any_point_outside_performance_is_a_problem():
+    row = v.judge(right(), report(passed=ALL - {"padding"}, partial={"padding"}), CPU)
+    assert row.cells["padding"] == "EXTRA"
+    assert row.problems == ["a correct solution lost points in padding: 5/10 points, 1 of 2 tests passed"]
+    # a gate shows as the reason: write passed its tests but earned nothing
+    row = v.judge(right(), report(passed=ALL - {"policy"}), CPU)
+    assert any("lost points in write: 0/25 points, gated by policy" in p for p in row.problems)
+    assert any("lost points in policy" in p for p in row.problems)
+
+
+def test_right_entry_may_lose_speed_points_and_the_matrix_shows_how_many():
+    cols = v.columns(ASSIGNMENT, "cuda")
+    rep = report(passed=ALL, device="cuda")
+    rep["extra_data"]["areas"]["performance"]["score"] = 9.1      # slower than the reference
+    row = v.judge(right(), rep, cols, device="cuda")
+    assert row.problems == [] and row.cells["performance"] == "9.1/15" and row.cells["write"] == "ok"
+    assert "9.1/15" in v.render([row], cols)
+
+
 def test_render_shows_every_row_and_problem():
     rows = [v.judge(REFERENCE, report(passed=ALL), CPU),
             v.judge(entry(fails=["padding"]), report(passed=ALL), CPU)]
@@ -159,8 +187,9 @@ def test_schema_accepts_a_built_report_and_rejects_a_broken_one():
 
 
 # -- the corpus files ---------------------------------------------------------------------
-def write_corpus(tmp_path, wrong="", adversarial=""):
-    for kind, text in (("wrong", wrong), ("adversarial", adversarial)):
+def write_corpus(tmp_path, wrong="", adversarial="", right=None):
+    kinds = (("wrong", wrong), ("adversarial", adversarial)) + ((("right", right),) if right is not None else ())
+    for kind, text in kinds:
         (tmp_path / kind).mkdir()
         (tmp_path / f"{kind}.toml").write_text(text)
         for line in text.splitlines():
@@ -194,6 +223,28 @@ def test_load_corpus_reads_both_files(tmp_path):
 def test_load_corpus_rejects_malformed_entries(tmp_path, wrong, adversarial, why):
     with pytest.raises(v.CorpusError, match=why):
         v.load_corpus(ASSIGNMENT, write_corpus(tmp_path, wrong, adversarial))
+
+
+def test_load_corpus_reads_right_entries(tmp_path):
+    corpus = write_corpus(tmp_path, '[a]\nfails = ["padding"]\n', "",
+                          '[r]\nstyle = "triton.jit(f)"\nfast = true\n[g]\nstyle = "autotune"\ndevice = "cuda"\n')
+    entries = v.load_corpus(ASSIGNMENT, corpus)
+    assert [e.label for e in entries] == ["reference", "wrong/a", "right/r", "right/g"]
+    r, g = entries[2], entries[3]
+    assert (r.note, r.device, g.device) == ("triton.jit(f)", None, "cuda")
+    assert r.may_lose == ("performance",)         # the areas scored on a curve
+    assert [e.label for e in v.select(entries, fast=True)] == ["reference", "wrong/a", "right/r"]
+    assert v.skip_reason(g, CPU, "cpu") == "runs on cuda only"
+    assert v.skip_reason(g, v.columns(ASSIGNMENT, "cuda"), "cuda") is None and v.skip_reason(r, CPU, "cpu") is None
+
+
+@pytest.mark.parametrize("right,why", [
+    ('[r]\nfast = true\n', "style"),
+    ('[r]\nstyle = "x"\ndevice = "gpu"\n', "device"),
+])
+def test_load_corpus_rejects_malformed_right_entries(tmp_path, right, why):
+    with pytest.raises(v.CorpusError, match=why):
+        v.load_corpus(ASSIGNMENT, write_corpus(tmp_path, right=right))
 
 
 def test_load_corpus_needs_each_file(tmp_path):
@@ -236,6 +287,10 @@ def test_the_real_corpus_loads_and_fast_is_small(tmp_path):
     wrong = [e for e in fast if e.kind == "wrong"]
     assert all(e.fast for e in wrong) or len(wrong) <= v.FAST_WRONG
     assert {e.name for e in fast if e.kind == "adversarial"} <= set(QUICK)
+    right = [e for e in entries if e.kind == "right"]
+    assert len(right) >= 8 and all(e.note for e in right)
+    assert 2 <= len([e for e in fast if e.kind == "right"]) <= 3
+    assert all(e.device is None for e in fast if e.kind == "right")   # --fast runs on the CPU too
 
 
 # -- processes ----------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """slot_mapping: slot = block_table[seq, pos // block_size] * block_size + pos % block_size,
-as int64, vectorised."""
+as int64 (widened before the multiply: int32 tables hold blocks whose slot passes 2**31),
+vectorised (as fast as one gather: the reference's, timed on the same input in the same run)."""
 import time
 
 import pytest
@@ -120,38 +121,107 @@ def test_result_is_int64(index_dtype, submission, rng, device, record_property):
     _check_values(result, b, record_property)
 
 
-def test_two_million_tokens_is_fast(submission, rng, shared, device, record_property):
-    """Two million tokens are mapped within a couple of seconds (one gather, no Python loop)"""
-    T, S, W, bs = 2_000_000, 512, 256, 16
-    table = torch.randperm(S * W + 1000, generator=rng)[: S * W].view(S, W).int()
-    si_cpu = torch.randint(0, S, (T,), generator=rng)
-    pos_cpu = torch.randint(0, W * bs, (T,), generator=rng)
-    b = Batch(table, si_cpu, pos_cpu, bs)
-    # shared memory: the worker reads the 16 MB index vectors without a copy per call
-    si, pos = shared.empty((T,), torch.int64), shared.empty((T,), torch.int64)
+def test_an_empty_batch(submission, device, record_property):
+    """A step with no new tokens (T = 0) maps to an empty int64 tensor"""
+    b = Batch(torch.tensor([[4, 11, 2]], dtype=torch.int32), torch.empty(0, dtype=torch.int64),
+              torch.empty(0, dtype=torch.int64), 16)
+    result = _slots(submission, b, device, record_property)
+    record_property("detail", f"shape {list(result.shape)} dtype {result.dtype}")
+    assert tuple(result.shape) == (0,) and result.dtype == torch.int64, (
+        f"with no tokens slot_mapping must return an empty int64 tensor of shape [0], not "
+        f"{str(result.dtype).replace('torch.', '')} of shape {list(result.shape)}: the one gather "
+        "over all T tokens handles T = 0 by itself.")
+
+
+# block ids drawn from [LOW_BLOCK, 2**31): block * block_size passes 2**31 for every block size here
+LOW_BLOCK = 2**27
+
+
+@pytest.mark.parametrize("block_size", [16, 32])
+def test_slots_past_2_31(block_size, submission, rng, device, record_property):
+    """An int32 block table whose block * block_size passes 2**31: the slots are exact int64"""
+    # No cache is needed: a slot is only a number. vLLM's tables are int32; a large cache pool
+    # (or one shared across devices) gives block ids whose slot does not fit in int32.
+    S, W, T = 4, 8, 48
+    table = torch.randint(LOW_BLOCK, 2**31 - 1, (S, W), generator=rng, dtype=torch.int64).to(torch.int32)
+    si = torch.randint(0, S, (T,), generator=rng)
+    pos = torch.randint(0, W * block_size, (T,), generator=rng)
+    b = Batch(table, si, pos, block_size)
+    result = _slots(submission, b, device, record_property)
+    want = expected_slots(b)
+    if isinstance(result, torch.Tensor) and tuple(result.shape) == (T,):
+        got = result.cpu().long()
+        wrapped = ((want + 2**31) % 2**32) - 2**31          # the same sum in int32
+        if not torch.equal(got, want) and torch.equal(got, wrapped):
+            record_property("detail", f"{int((got != want).sum())} of {T} slots wrapped at 2**32")
+            fail("the slots wrapped around 2**32: block_table is int32, and block * block_size was "
+                 "multiplied in int32 before being widened. Widen first, then multiply: "
+                 "block_table[seq_idx, positions // block_size].long() * block_size + ...")
+    _check_values(result, b, record_property)
+    assert result.dtype == torch.int64, "slots past 2**31 need int64: return them as int64."
+
+
+# Two million tokens. Through the sandbox, on a busy 2-core CPU, the reference's gather took
+# 0.41-0.68 s a call (its result travels back too), correct vectorised forms 0.41-0.73 s, and a
+# list comprehension over .tolist() 2.5-4.0 s (a loop of tensor lookups: tens of seconds); on
+# an idle machine or a GPU the gap is wider. Each side's time is the best of REPEATS calls.
+SPEED_T, SPEED_S, SPEED_W, SPEED_BS = 2_000_000, 512, 256, 16
+SPEED_FACTOR = 3           # how much slower than the reference's own gather a vectorised form may be
+SPEED_SLACK_S = 0.1        # scheduling noise on a shared machine, never enough for a loop
+REPEATS = 3
+
+
+def _speed_inputs(side, table, si_cpu, pos_cpu, device):
+    """The inputs in this side's shared memory, so no call pays for copying them in."""
+    si, pos = side.exchange.empty((SPEED_T,), torch.int64), side.exchange.empty((SPEED_T,), torch.int64)
     si.copy_(si_cpu)
     pos.copy_(pos_cpu)
-    bt = table.to(device)
+    return table.to(device), si, pos, SPEED_BS
 
-    # the first call pays for the worker's start and imports; it is not what we time
-    small = random_batch(rng, num_seqs=2, width=4, block_size=bs, num_blocks=8,
+
+def _timed(side, inputs):
+    t0 = time.perf_counter()
+    result, err = call(side.slot_mapping, *inputs)
+    return time.perf_counter() - t0, result, err
+
+
+def test_two_million_tokens_as_fast_as_one_gather(submission, reference, shared, rng, device, record_property):
+    """Two million tokens are mapped within a small factor of the reference's one gather, timed in the same run: no Python loop"""
+    table = torch.randperm(SPEED_S * SPEED_W + 1000, generator=rng)[: SPEED_S * SPEED_W]
+    table = table.view(SPEED_S, SPEED_W).int()
+    si_cpu = torch.randint(0, SPEED_S, (SPEED_T,), generator=rng)
+    pos_cpu = torch.randint(0, SPEED_W * SPEED_BS, (SPEED_T,), generator=rng)
+    b = Batch(table, si_cpu, pos_cpu, SPEED_BS)
+    small = random_batch(rng, num_seqs=2, width=4, block_size=SPEED_BS, num_blocks=8,
                          new_tokens=lambda s: 2, shuffle=False)
+    try:
+        # Each side's first call pays for its worker's start and imports: not what is timed.
+        # Both sides then make the same calls on the same inputs, each in its own shared memory.
+        _slots(reference, small, device, record_property)
+        ref_inputs = _speed_inputs(reference, table, si_cpu, pos_cpu, device)
+        t_ref = min(_timed(reference, ref_inputs)[0] for _ in range(REPEATS))
+    finally:
+        reference.exchange.release()
     _slots(submission, small, device, record_property)
-
-    t0 = time.perf_counter()
-    want = expected_slots(b)
-    t_ref = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    result, err = call(submission.slot_mapping, bt, si, pos, bs)
-    took = time.perf_counter() - t0
-    limit = 2.0 + 10 * t_ref
-    record_property("detail", f"took {took:.2f}s, limit {limit:.2f}s (trusted gather {t_ref:.3f}s)")
+    inputs = _speed_inputs(submission, table, si_cpu, pos_cpu, device)    # `shared` frees them
+    limit = SPEED_FACTOR * t_ref + SPEED_SLACK_S
+    took, result, err = _timed(submission, inputs)
+    # The best of REPEATS calls, as for the reference; it is found as soon as one call is within
+    # the limit, and a first call three times over it is no accident (a loop of tensor lookups
+    # takes tens of seconds a call).
+    for _ in range(REPEATS - 1):
+        if err is not None or took <= limit or took > 3 * limit:
+            break
+        took = min(took, _timed(submission, inputs)[0])
+    record_property("detail", f"took {took:.3f}s, reference {t_ref:.3f}s, limit {limit:.3f}s")
     if err is not None:
+        record_property("detail", f"raised {raised_type(err)}: {raised_message(err, 1000)}")
         fail(error_hint("slot_mapping", err))
     assert took <= limit, (
-        f"slot_mapping took {took:.1f} s for two million tokens: gather the whole batch at once "
-        "with block_table[seq_idx, positions // block_size]; a Python loop over tokens is far "
-        "too slow.")
-    assert isinstance(result, torch.Tensor) and torch.equal(result.cpu().long(), want), (
+        f"slot_mapping took {took:.2f} s for two million tokens, over {SPEED_FACTOR}x the "
+        f"{t_ref:.2f} s of one vectorised gather on the same input: a Python loop of any kind "
+        "(for, a list comprehension over .tolist(), map) handles one token at a time. Gather the "
+        "whole batch at once with block_table[seq_idx, positions // block_size].")
+    assert isinstance(result, torch.Tensor) and torch.equal(result.cpu().long(), expected_slots(b)), (
         "wrong slots on a large batch: slot = block_table[seq, pos // block_size] * block_size "
         "+ pos % block_size, per token.")
