@@ -33,6 +33,7 @@ ENDED = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "PREEMPTED", "NODE_FAIL"
          "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"}
 NODE_LOCAL = ("/tmp", "/var/tmp", "/dev/shm", "/run", "/scratch/local", "/local")
 RESULT_WAIT_S = 15                   # a result written on a node may reach a shared filesystem late
+SQUEUE_PATIENCE_S = 600              # a busy slurmctld may not answer for a while; the tasks go on
 
 
 class ClusterError(RuntimeError):
@@ -130,7 +131,8 @@ class _SubmititBatch:
         """How a finished submitit job ended, as the local runner would say it."""
         result = sjob.paths.result_pickle
         deadline = time.monotonic() + RESULT_WAIT_S
-        while not result.exists() and state in ("COMPLETED", "FINISHED") and time.monotonic() < deadline:
+        lag = state in ("COMPLETED", "FINISHED", "ENDED")       # ended well, or squeue forgot how
+        while not result.exists() and lag and time.monotonic() < deadline:
             time.sleep(0.5)
         if result.exists():
             try:
@@ -196,8 +198,15 @@ class SlurmBatch(_SubmititBatch):
         self.task_ids = [s.job_id for s in sjobs]      # "123_4"; a batch of one file is no array: "123"
         self.array_id = sjobs[0].job_id.split("_")[0]
         live = dict(zip((s.job_id for s in sjobs), zip(jobs, sjobs)))
+        states: dict[str, str] = {task_id: "PENDING" for task_id in live}
+        answered = time.monotonic()
         while live:
-            states = self._states()
+            try:
+                states = self._states()
+                answered = time.monotonic()
+            except ClusterError:
+                if time.monotonic() - answered > SQUEUE_PATIENCE_S:
+                    raise
             self.status = _count(states.get(task_id, "ENDED") for task_id in live)
             for task_id, (job, sjob) in list(live.items()):
                 state = states.get(task_id, "ENDED")
@@ -216,7 +225,7 @@ class SlurmBatch(_SubmititBatch):
         if out.returncode != 0:
             if "Invalid job id" in out.stderr:       # every task ended long enough ago
                 return {}
-            raise ClusterError(f"squeue failed: {out.stderr.strip()}")
+            raise ClusterError(f"squeue has not answered for {SQUEUE_PATIENCE_S} s: {out.stderr.strip()}")
         return dict(line.split("|", 1) for line in out.stdout.split() if "|" in line)
 
     def stop(self) -> None:
@@ -225,7 +234,12 @@ class SlurmBatch(_SubmititBatch):
             return
         subprocess.run(["scancel", self.array_id], capture_output=True)
         deadline = time.monotonic() + STOP_GRACE_S + 30
-        while time.monotonic() < deadline and any(s not in ENDED for s in self._states().values()):
+        while time.monotonic() < deadline:
+            try:
+                if all(state in ENDED for state in self._states().values()):
+                    return
+            except ClusterError:
+                pass
             time.sleep(1)
 
     def describe(self) -> str:

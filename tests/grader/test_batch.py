@@ -207,3 +207,19 @@ def test_feedback_keeps_names_and_hints_literal():
                          "output": "use slot.to(tl.int64) * HD\nfor [T, H, D]"}]}
     line = markdown(report, "s1").splitlines()[-1]
     assert line == r"- **1.1 wide: offsets pass 2\*\*32**: use slot.to(tl.int64) \* HD for \[T, H, D\]"
+
+
+def test_submitit_local_executor_runs_the_cluster_task_here(tmp_path, capsys):
+    """The path a Slurm task takes (grader/cluster.py's task through submitit), on this machine:
+    what `--executor submitit-local` shows on a GPU runner without Slurm."""
+    for student, name in (("s1", "good.py"), ("s2", "no_echo.py")):
+        folder = tmp_path / "submitted" / student / "toy_add"
+        folder.mkdir(parents=True)
+        shutil.copy(toy_class.SUBMISSIONS / name, folder / "toy.py")
+    code = main(["grade-all", "--course", str(tmp_path), "--assignment", str(REPO / "tests/grader/toy"),
+                 "--device", "cpu", "--executor", "submitit-local", "--jobs", "2", "--no-progress",
+                 "--no-gradebook"])
+    assert code == 0 and "through submitit's local executor on cpu" in capsys.readouterr().out
+    rows = {r.student: (r.status, r.score) for r in Course(tmp_path, toy_class.TOY).rows()}
+    assert rows == {"s1": ("graded", 90.0), "s2": ("graded", 60.0)}
+    assert len(list((tmp_path / ".grader-jobs").glob("*/*_result.pkl"))) == 2

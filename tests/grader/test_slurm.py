@@ -35,7 +35,7 @@ def _cluster_down() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="module")
 def cluster():
     why = _cluster_down()
     if why and os.environ.get("CI") == "true":
@@ -66,7 +66,7 @@ def _class(root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def both(tmp_path_factory):
+def both(cluster, tmp_path_factory):
     """The same class graded locally and through Slurm, each through the command line."""
     local = _class(tmp_path_factory.mktemp("local"))
     slurm = _class(tmp_path_factory.mktemp("slurm"))
@@ -123,7 +123,7 @@ def _grading_started(course: Path) -> bool:
     return any(course.glob("autograded/*/toy_add"))
 
 
-def test_a_task_cancelled_mid_grading_is_an_error_row_and_the_next_run_grades_it(tmp_path):
+def test_a_task_cancelled_mid_grading_is_an_error_row_and_the_next_run_grades_it(cluster, tmp_path):
     _student(tmp_path, "s1", (toy_class.SUBMISSIONS / "good.py").read_bytes())
     course = Course(tmp_path, toy_class.TOY)
     batch = SlurmBatch(course, "cpu", 420, SlurmOptions(cpus_per_task=1))
@@ -156,7 +156,7 @@ def test_a_task_cancelled_mid_grading_is_an_error_row_and_the_next_run_grades_it
     assert events == []
 
 
-def test_ctrl_c_cancels_the_array_and_keeps_finished_reports(tmp_path):
+def test_ctrl_c_cancels_the_array_and_keeps_finished_reports(cluster, tmp_path):
     good = (toy_class.SUBMISSIONS / "good.py").read_bytes()
     for i in range(3):
         _student(tmp_path, f"s{i}", good + f"\n# {i}\n".encode())
@@ -178,7 +178,7 @@ def test_ctrl_c_cancels_the_array_and_keeps_finished_reports(tmp_path):
 
 
 @pytest.mark.skipif(os.environ.get("GRADER_SLURM_L1") == "0", reason="GRADER_SLURM_L1=0")
-def test_the_l1_reference_through_slurm_scores_full_marks(tmp_path):
+def test_the_l1_reference_through_slurm_scores_full_marks(cluster, tmp_path):
     folder = tmp_path / "submitted" / "ref" / L1.id
     folder.mkdir(parents=True)
     shutil.copy(L1.reference, folder / L1.submission)
