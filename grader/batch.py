@@ -248,8 +248,6 @@ def grade_all(course: Course, device: str, jobs: int = 1, timeout_s: float | Non
         result.copied += _copy(course, json.loads(source.read_text()), students)
     if executor is None:
         executor = LocalBatch(course, device, jobs, timeout_s or default_timeout(course))
-    if executor.note and progress:
-        print(executor.note, file=sys.stderr)
 
     from tqdm import tqdm
     bar = tqdm(total=len(todo), desc=f"grading {course.assignment.id}", unit="file", disable=not progress,
@@ -353,7 +351,7 @@ def add_parser(sub) -> None:
     s.add_argument("--time-limit", type=int, metavar="MIN",
                    help="minutes per task (default: from time_budget_s, above --timeout)")
     s.add_argument("--gpus-per-task", type=int, metavar="N", help="--gres=gpu:N (default: 1 on cuda, 0 on cpu)")
-    s.add_argument("--cpus-per-task", type=int, default=2, metavar="N", help="(default: 2)")
+    s.add_argument("--cpus-per-task", type=int, metavar="N", help="(default: 2)")
     s.add_argument("--mem-per-task", type=int, metavar="GB", help="host memory per task (default: the worker's "
                                                                    "memory limit + 4)")
     s.add_argument("--max-tasks", type=int, metavar="N", help="tasks running at once (the array's %%N)")
@@ -375,6 +373,8 @@ def main(args) -> int:
         executor = make_executor(args, course)
     except ValueError as exc:
         return _usage(str(exc))
+    if executor.note:
+        print(executor.note, file=sys.stderr)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         result = grade_all(course, executor.device, progress=not args.no_progress, executor=executor)
@@ -395,10 +395,17 @@ def main(args) -> int:
     return 0
 
 
+SLURM_OPTIONS = ("partition", "account", "time_limit", "gpus_per_task", "cpus_per_task", "mem_per_task",
+                 "max_tasks", "sbatch")
+
+
 def make_executor(args, course: Course):
     """The executor the command line asks for; ValueError says why it cannot be had."""
     from .run import DeviceUnavailable, resolve_device
     timeout_s = args.timeout or default_timeout(course)
+    slurm_only = [f"--{name.replace('_', '-')}" for name in SLURM_OPTIONS if getattr(args, name) not in (None, [])]
+    if slurm_only and args.executor != "slurm":
+        raise ValueError(f"{', '.join(slurm_only)}: only for --executor slurm")
     if args.executor == "slurm":
         from . import cluster
         why = cluster.available()
@@ -407,7 +414,7 @@ def make_executor(args, course: Course):
         try:
             options = cluster.SlurmOptions(
                 partition=args.partition, account=args.account, time_min=args.time_limit,
-                gpus_per_task=args.gpus_per_task, cpus_per_task=args.cpus_per_task, mem_gb=args.mem_per_task,
+                gpus_per_task=args.gpus_per_task, cpus_per_task=args.cpus_per_task or 2, mem_gb=args.mem_per_task,
                 max_tasks=args.max_tasks, sbatch=cluster.parse_sbatch(args.sbatch))
             return cluster.SlurmBatch(course, cluster.slurm_device(args.device, args.partition), timeout_s, options)
         except cluster.ClusterError as exc:
