@@ -3,7 +3,9 @@ in nbgrader's layout (see grader/course.py), then feedback, a grades CSV and
 nbgrader's gradebook.
 
 Each grading is its own `python -m grader grade` process: one per GPU on a
-GPU machine (CUDA_VISIBLE_DEVICES names its GPU), a bounded number on the CPU.
+GPU machine (CUDA_VISIBLE_DEVICES names its GPU), a bounded number on the CPU;
+with --executor slurm, one task of a Slurm job array each (grader/cluster.py,
+docs/cluster.md), planned and published here all the same.
 Work already done is not redone. A student whose report matches the file's
 sha256, the grader's version and the device is skipped, and identical files are
 graded once, their report copied to every student who submitted them. Reports
@@ -169,6 +171,10 @@ class Runner:
         if self.stopping:
             partial.unlink(missing_ok=True)
             return None, "interrupted"
+        if report is not None and _interrupted(report):
+            # A signal from elsewhere (Slurm ending the task, an administrator) stopped the grading:
+            # its report scores what had run by then, not the file.
+            report, why = None, "the grading was interrupted by a signal before it finished"
         if report is None or report["extra_data"].get("submission", {}).get("sha256") != job.sha256:
             partial.unlink(missing_ok=True)
             return None, why + "\n\n" + (out or "")[-4000:]
@@ -294,6 +300,11 @@ def _copy(course: Course, report: dict, students: list[str]) -> int:
         write_atomically(report, course.report_path(student))
         course.error_path(student).unlink(missing_ok=True)
     return len(students)
+
+
+def _interrupted(report: dict) -> bool:
+    """The grader caught SIGINT or SIGTERM while its suites ran (grader/run.py's exit -2)."""
+    return (report["extra_data"].get("instructor") or {}).get("pytest_exit") == -2
 
 
 def _read(path: Path) -> dict | None:

@@ -52,10 +52,13 @@ class SlurmOptions:
     sbatch: dict[str, object] = field(default_factory=dict)   # more #SBATCH lines
 
 
+SIGNAL_DELAY_S = 90                  # submitit's warning (SIGUSR2) comes this long before Slurm's limit
+
+
 def task_time_min(timeout_s: float) -> int:
-    """Slurm's limit sits above the task's own limit on its grading, so an overrun is stopped
-    (and explained) by the grader first, with time left to end its workers."""
-    return math.ceil((timeout_s + STOP_GRACE_S + 60) / 60)
+    """Slurm's limit, and its warning before it, sit above the task's own limit on its grading
+    (plus a minute to start), so an overrun is stopped and explained by the grader first."""
+    return math.ceil((timeout_s + SIGNAL_DELAY_S + STOP_GRACE_S + 60) / 60)
 
 
 def task_mem_gb(assignment: Assignment) -> int:
@@ -172,6 +175,7 @@ class SlurmBatch(_SubmititBatch):
             "cpus_per_task": o.cpus_per_task,
             "mem_gb": o.mem_gb or task_mem_gb(self.course.assignment),
             "slurm_array_parallelism": o.max_tasks or count,
+            "slurm_signal_delay_s": SIGNAL_DELAY_S,
             # The task imports the grader from the repository, whatever the submitter's folder.
             "slurm_setup": [f"cd {shlex.quote(str(REPO))}"],
             "slurm_additional_parameters": dict(o.sbatch),

@@ -195,7 +195,7 @@ def test_sbatch_options_and_defaults():
                                                           sbatch=parse_sbatch(["qos=high", "--exclusive"]))
                         ).parameters(500)
     assert params["slurm_gres"] == "gpu:1" and params["slurm_partition"] == "gpu"
-    assert params["slurm_account"] == "cs431" and params["timeout_min"] == task_time_min(420) == 9
+    assert params["slurm_account"] == "cs431" and params["timeout_min"] == task_time_min(420) == 10
     assert params["slurm_additional_parameters"] == {"qos": "high", "exclusive": True}
     assert params["mem_gb"] == 5 and params["slurm_array_parallelism"] == 500
     assert "slurm_gres" not in SlurmBatch(course, "cpu", 420, SlurmOptions()).parameters(3)
