@@ -8,6 +8,8 @@ REPORT     ?= build/report.json
 DEVICE     ?= auto
 COURSE     ?=
 JOBS       ?=
+EXECUTOR   ?= local
+SLURM      ?=
 
 .PHONY: help venv grade test template release validate grade-all demo-class summary gradescope bench clean
 help:
@@ -16,7 +18,7 @@ help:
 	@echo "make template                  regenerate student_template/ from the reference (nbgrader)"
 	@echo "make release                   the student bundle in build/release/"
 	@echo "make validate [JOBS=n]         grade the reference and the wrong/adversarial/right corpus, print the kill matrix"
-	@echo "make grade-all COURSE=dir      grade a class in nbgrader's layout [DEVICE=..] [JOBS=n]"
+	@echo "make grade-all COURSE=dir      grade a class in nbgrader's layout [DEVICE=..] [JOBS=n] [EXECUTOR=local|slurm|submitit-local] [SLURM='--partition gpu ...']"
 	@echo "make demo-class COURSE=dir     a class to try grade-all on, from the corpus (then --check it)"
 	@echo "make summary COURSE=dir        the class page with plots, in COURSE/summary/"
 	@echo "make gradescope                the Gradescope autograder zip in build/gradescope/"
@@ -55,8 +57,8 @@ demo-class: $(VENV)/.runtime
 	$(PY) tools/make_demo_class.py --assignment $(ASSIGNMENT) --out $(COURSE)
 
 grade-all: $(VENV)/.instructor
-	@test -n "$(COURSE)" || { echo "usage: make grade-all COURSE=dir [DEVICE=auto|cpu|cuda] [JOBS=n]"; exit 2; }
-	$(PY) -m grader grade-all --course $(COURSE) --assignment $(ASSIGNMENT) --device $(DEVICE) $(if $(JOBS),--jobs $(JOBS))
+	@test -n "$(COURSE)" || { echo "usage: make grade-all COURSE=dir [DEVICE=auto|cpu|cuda] [JOBS=n] [EXECUTOR=local|slurm|submitit-local] [SLURM='--partition NAME ...']"; exit 2; }
+	$(PY) -m grader grade-all --course $(COURSE) --assignment $(ASSIGNMENT) --device $(DEVICE) $(if $(JOBS),--jobs $(JOBS)) --executor $(EXECUTOR) $(SLURM)
 
 summary: $(VENV)/.instructor
 	@test -n "$(COURSE)" || { echo "usage: make summary COURSE=dir"; exit 2; }

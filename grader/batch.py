@@ -3,7 +3,9 @@ in nbgrader's layout (see grader/course.py), then feedback, a grades CSV and
 nbgrader's gradebook.
 
 Each grading is its own `python -m grader grade` process: one per GPU on a
-GPU machine (CUDA_VISIBLE_DEVICES names its GPU), a bounded number on the CPU.
+GPU machine (CUDA_VISIBLE_DEVICES names its GPU), a bounded number on the CPU;
+with --executor slurm, one task of a Slurm job array each (grader/cluster.py,
+docs/cluster.md), planned and published here all the same.
 Work already done is not redone. A student whose report matches the file's
 sha256, the grader's version and the device is skipped, and identical files are
 graded once, their report copied to every student who submitted them. Reports
@@ -41,6 +43,9 @@ class Job:
     sha256: str
     file: Path
     students: list[str] = field(default_factory=list)
+
+
+Outcome = tuple[Job, "dict | None", str]    # a grading's end: (job, report, "") or (job, None, why)
 
 
 @dataclass
@@ -166,6 +171,10 @@ class Runner:
         if self.stopping:
             partial.unlink(missing_ok=True)
             return None, "interrupted"
+        if report is not None and _interrupted(report):
+            # A signal from elsewhere (Slurm ending the task, an administrator) stopped the grading:
+            # its report scores what had run by then, not the file.
+            report, why = None, "the grading was interrupted by a signal before it finished"
         if report is None or report["extra_data"].get("submission", {}).get("sha256") != job.sha256:
             partial.unlink(missing_ok=True)
             return None, why + "\n\n" + (out or "")[-4000:]
@@ -199,53 +208,91 @@ def _signal(proc: subprocess.Popen, signum: int) -> None:
         pass
 
 
-def grade_all(course: Course, device: str, jobs: int, timeout_s: float | None = None,
-              progress: bool = True) -> BatchResult:
-    """Grade what needs grading; feedback, CSV and gradebook are `publish`'s."""
+class LocalBatch:
+    """Gradings as subprocesses of this process, in the slots of a SlotPool."""
+
+    def __init__(self, course: Course, device: str, jobs: int, timeout_s: float):
+        self.jobs = jobs
+        self.runner = Runner(course, device, timeout_s)
+        self.slot_pool = SlotPool(device, jobs, course.assignment.grading_gpu_bytes)
+        self.note = self.slot_pool.note
+        self.status: dict[str, int] = {}
+        self.device = device
+
+    def run(self, jobs: list[Job]):
+        """Yields an Outcome per job as it ends."""
+        pool = ThreadPoolExecutor(max_workers=self.jobs)
+        try:
+            futures = {pool.submit(self.slot_pool.run, self.runner.grade, job): job for job in jobs}
+            for future in as_completed(futures):
+                try:
+                    report, why = future.result()
+                except Exception:      # the batch's own failure on one file must not stop the others
+                    report, why = None, "grade-all failed on this file:\n" + traceback.format_exc()
+                yield futures[future], report, why
+        except BaseException:     # Ctrl-C here, or the caller closing us: end the gradings first
+            self.runner.stop()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def stop(self) -> None:
+        self.runner.stop()
+
+    def describe(self) -> str:
+        return f"on {self.device} with {self.jobs} at once"
+
+
+def grade_all(course: Course, device: str, jobs: int = 1, timeout_s: float | None = None,
+              progress: bool = True, executor=None) -> BatchResult:
+    """Grade what needs grading, locally or through `executor` (a LocalBatch, or one of
+    grader/cluster.py's); feedback, CSV and gradebook are `publish`'s."""
     t0 = time.monotonic()
     todo, copies, unchanged = plan(course, device)
     result = BatchResult(rows=[], unchanged=unchanged)
     for source, students in copies.items():
         result.copied += _copy(course, json.loads(source.read_text()), students)
-    timeout_s = timeout_s or course.assignment.time_budget_s * 2 + 300
-    runner = Runner(course, device, timeout_s)
-    slot_pool = SlotPool(device, jobs, course.assignment.grading_gpu_bytes)
-    if slot_pool.note and progress:
-        print(slot_pool.note, file=sys.stderr)
+    if executor is None:
+        executor = LocalBatch(course, device, jobs, timeout_s or default_timeout(course))
 
     from tqdm import tqdm
     bar = tqdm(total=len(todo), desc=f"grading {course.assignment.id}", unit="file", disable=not progress,
                file=sys.stderr, dynamic_ncols=True)
-    pool = ThreadPoolExecutor(max_workers=jobs)
+    events = executor.run(todo)
     try:
-        futures = {pool.submit(slot_pool.run, runner.grade, job): job for job in todo}
-        for future in as_completed(futures):
-            job = futures[future]
-            try:
-                report, why = future.result()
-            except Exception:          # the batch's own failure on one file must not stop the others
-                report, why = None, "grade-all failed on this file:\n" + traceback.format_exc()
-            result.graded += 1
-            if report is None:
-                result.errors += len(job.students)
-                for student in job.students:
-                    path = course.error_path(student)
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    path.write_text(why.strip() + "\n")
-            else:
-                course.error_path(job.students[0]).unlink(missing_ok=True)
-                result.copied += _copy(course, report, job.students[1:])
-            bar.update(1)
-            bar.set_postfix(errors=result.errors, refresh=False)
+        for outcome in events:
+            if outcome is not None:
+                record(course, result, *outcome)
+                bar.update(1)
+            bar.set_postfix(errors=result.errors, **executor.status, refresh=outcome is None)
     except BaseException:
-        runner.stop()
+        executor.stop()
         raise
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        events.close()
         bar.close()
     result.rows = course.rows()
     result.wall_s = time.monotonic() - t0
     return result
+
+
+def default_timeout(course: Course) -> float:
+    return course.assignment.time_budget_s * 2 + 300
+
+
+def record(course: Course, result: BatchResult, job: Job, report: dict | None, why: str) -> None:
+    """One grading's end: the report copied to every student of identical files, or an
+    error log (the next run grades them again)."""
+    result.graded += 1
+    if report is None:
+        result.errors += len(job.students)
+        for student in job.students:
+            path = course.error_path(student)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(why.strip() + "\n")
+    else:
+        course.error_path(job.students[0]).unlink(missing_ok=True)
+        result.copied += _copy(course, report, job.students[1:])
 
 
 def _copy(course: Course, report: dict, students: list[str]) -> int:
@@ -253,6 +300,11 @@ def _copy(course: Course, report: dict, students: list[str]) -> int:
         write_atomically(report, course.report_path(student))
         course.error_path(student).unlink(missing_ok=True)
     return len(students)
+
+
+def _interrupted(report: dict) -> bool:
+    """The grader caught SIGINT or SIGTERM while its suites ran (grader/run.py's exit -2)."""
+    return (report["extra_data"].get("instructor") or {}).get("pytest_exit") == -2
 
 
 def _read(path: Path) -> dict | None:
@@ -301,56 +353,113 @@ def add_parser(sub) -> None:
     p.add_argument("--db", help="nbgrader gradebook URL (default: sqlite:///COURSE/gradebook.db)")
     p.add_argument("--no-gradebook", action="store_true", help="leave nbgrader's gradebook alone")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--executor", default="local", choices=["local", "slurm", "submitit-local"],
+                   help="local: gradings as subprocesses here (default); slurm: one task of a Slurm job array "
+                        "per file (docs/cluster.md); submitit-local: the same tasks through submitit on this machine")
+    s = p.add_argument_group("Slurm (--executor slurm); defaults come from assignment.toml")
+    s.add_argument("--partition", help="partition to run the tasks in (default: the cluster's default)")
+    s.add_argument("--account", help="account to charge")
+    s.add_argument("--time-limit", type=int, metavar="MIN",
+                   help="minutes per task (default: from time_budget_s, above --timeout)")
+    s.add_argument("--gpus-per-task", type=int, metavar="N", help="--gres=gpu:N (default: 1 on cuda, 0 on cpu)")
+    s.add_argument("--cpus-per-task", type=int, metavar="N", help="(default: 2)")
+    s.add_argument("--mem-per-task", type=int, metavar="GB", help="host memory per task (default: the worker's "
+                                                                   "memory limit + 4)")
+    s.add_argument("--max-tasks", type=int, metavar="N", help="tasks running at once (the array's %%N)")
+    s.add_argument("--sbatch", action="append", default=[], metavar="KEY[=VALUE]",
+                   help="one more '#SBATCH --KEY=VALUE' line, e.g. --sbatch qos=high (repeatable)")
     p.set_defaults(run=main)
 
 
 def main(args) -> int:
-    from .run import DeviceUnavailable, resolve_device
     try:
         assignment = Assignment.load(args.assignment)
     except AssignmentError as exc:
-        print(f"grader: {exc}", file=sys.stderr)
-        return 2
+        return _usage(str(exc))
     root = Path(args.course)
     if not (root / "submitted").is_dir():
-        print(f"grader: no submitted/ folder in {root}", file=sys.stderr)
-        return 2
-    try:
-        device = resolve_device(args.device)
-    except DeviceUnavailable as exc:
-        print(f"grader: {exc}", file=sys.stderr)
-        return 2
-    jobs = args.jobs or default_jobs(device)
-    if jobs < 1:
-        print("grader: --jobs must be at least 1", file=sys.stderr)
-        return 2
+        return _usage(f"no submitted/ folder in {root}")
     course = Course(root, assignment)
+    try:
+        executor = make_executor(args, course)
+    except ValueError as exc:
+        return _usage(str(exc))
+    if executor.note:
+        print(executor.note, file=sys.stderr)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        result = grade_all(course, device, jobs, args.timeout, progress=not args.no_progress)
+        result = grade_all(course, executor.device, progress=not args.no_progress, executor=executor)
     except KeyboardInterrupt:
         print("grade-all: interrupted; finished reports are kept, run it again to resume", file=sys.stderr)
         return 130
+    except RuntimeError as exc:          # the cluster refused the batch
+        print(f"grader: {exc}", file=sys.stderr)
+        return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
     csv_path = Path(args.csv) if args.csv else root / f"grades-{assignment.id}.csv"
     db_url = None if args.no_gradebook else (args.db or gradebook.default_db_url(root))
     notes = publish(course, result.rows, csv_path, db_url)
-    print(describe(result, device, jobs))
+    print(describe(result, executor.describe()))
     for note in notes:
         print(note)
     return 0
+
+
+SLURM_OPTIONS = ("partition", "account", "time_limit", "gpus_per_task", "cpus_per_task", "mem_per_task",
+                 "max_tasks", "sbatch")
+
+
+def make_executor(args, course: Course):
+    """The executor the command line asks for; ValueError says why it cannot be had."""
+    from .run import DeviceUnavailable, resolve_device
+    timeout_s = args.timeout or default_timeout(course)
+    slurm_only = [f"--{name.replace('_', '-')}" for name in SLURM_OPTIONS if getattr(args, name) not in (None, [])]
+    if slurm_only and args.executor != "slurm":
+        raise ValueError(f"{', '.join(slurm_only)}: only for --executor slurm")
+    if args.executor == "slurm":
+        from . import cluster
+        why = cluster.available()
+        if why:
+            raise ValueError(why)
+        try:
+            options = cluster.SlurmOptions(
+                partition=args.partition, account=args.account, time_min=args.time_limit,
+                gpus_per_task=args.gpus_per_task, cpus_per_task=args.cpus_per_task or 2, mem_gb=args.mem_per_task,
+                max_tasks=args.max_tasks, sbatch=cluster.parse_sbatch(args.sbatch))
+            return cluster.SlurmBatch(course, cluster.slurm_device(args.device, args.partition), timeout_s, options)
+        except cluster.ClusterError as exc:
+            raise ValueError(str(exc)) from None
+    try:
+        device = resolve_device(args.device)
+    except DeviceUnavailable as exc:
+        raise ValueError(str(exc)) from None
+    jobs = args.jobs or default_jobs(device)
+    if jobs < 1:
+        raise ValueError("--jobs must be at least 1")
+    if args.executor == "submitit-local":
+        from . import cluster
+        try:
+            return cluster.SubmititLocalBatch(course, device, timeout_s, jobs)
+        except (ImportError, cluster.ClusterError) as exc:
+            raise ValueError(str(exc)) from None
+    return LocalBatch(course, device, jobs, timeout_s)
+
+
+def _usage(message: str) -> int:
+    print(f"grader: {message}", file=sys.stderr)
+    return 2
 
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def describe(result: BatchResult, device: str, jobs: int) -> str:
+def describe(result: BatchResult, how: str) -> str:
     rows = result.rows
     count = lambda status: sum(r.status == status for r in rows)
     lines = [f"grade-all: {len(rows)} students, {count('graded')} graded, {count('missing')} missing, "
-             f"{count('error')} errors; {result.graded} gradings run on {device} with {jobs} at once, "
+             f"{count('error')} errors; {result.graded} gradings run {how}, "
              f"{result.copied} reports reused for identical files, {result.unchanged} unchanged; "
              f"{result.wall_s:.0f} s"]
     for r in rows:

@@ -3,6 +3,7 @@ nbgrader's gradebook and export, and a second run that does no work."""
 import csv
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -207,3 +208,46 @@ def test_feedback_keeps_names_and_hints_literal():
                          "output": "use slot.to(tl.int64) * HD\nfor [T, H, D]"}]}
     line = markdown(report, "s1").splitlines()[-1]
     assert line == r"- **1.1 wide: offsets pass 2\*\*32**: use slot.to(tl.int64) \* HD for \[T, H, D\]"
+
+
+def test_submitit_local_executor_runs_the_cluster_task_here(tmp_path, capsys):
+    """The path a Slurm task takes (grader/cluster.py's task through submitit), on this machine:
+    what `--executor submitit-local` shows on a GPU runner without Slurm."""
+    for student, name in (("s1", "good.py"), ("s2", "no_echo.py")):
+        folder = tmp_path / "submitted" / student / "toy_add"
+        folder.mkdir(parents=True)
+        shutil.copy(toy_class.SUBMISSIONS / name, folder / "toy.py")
+    code = main(["grade-all", "--course", str(tmp_path), "--assignment", str(REPO / "tests/grader/toy"),
+                 "--device", "cpu", "--executor", "submitit-local", "--jobs", "2", "--no-progress",
+                 "--no-gradebook"])
+    assert code == 0 and "through submitit's local executor on cpu" in capsys.readouterr().out
+    rows = {r.student: (r.status, r.score) for r in Course(tmp_path, toy_class.TOY).rows()}
+    assert rows == {"s1": ("graded", 90.0), "s2": ("graded", 60.0)}
+    assert len(list((tmp_path / ".grader-jobs").glob("*/*_result.pkl"))) == 2
+
+
+def test_a_grading_stopped_by_a_signal_from_elsewhere_keeps_no_report(tmp_path):
+    """SIGTERM reaching the grader from outside the batch (Slurm ending a task, an administrator)
+    still lets it write a report, of the tests that ran: that report is not the file's grade."""
+    import threading
+    folder = tmp_path / "submitted" / "s1" / "toy_add"
+    folder.mkdir(parents=True)
+    shutil.copy(toy_class.SUBMISSIONS / "good.py", folder / "toy.py")
+    course = Course(tmp_path, toy_class.TOY)
+    done = []
+    batch_thread = threading.Thread(target=lambda: done.append(grade_all(course, "cpu", jobs=1, progress=False)))
+    batch_thread.start()
+    deadline = time.monotonic() + 60
+    graders = []
+    while not graders and time.monotonic() < deadline:      # pytest has started under the grader
+        graders = [int(pid) for pid in os.listdir("/proc") if pid.isdigit()
+                   and "grader\0grade\0" in _cmdline(pid) and str(tmp_path) in _cmdline(pid)
+                   and children_of(int(pid))]
+        time.sleep(0.1)
+    assert graders, "the grading did not start"
+    time.sleep(1)
+    os.kill(graders[0], signal.SIGTERM)
+    batch_thread.join(timeout=120)
+    (row,) = done[0].rows
+    assert row.status == "error" and "interrupted by a signal" in row.note, row
+    assert not course.report_path("s1").exists()
