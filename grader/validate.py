@@ -6,7 +6,8 @@ submissions and check that each got what it must.
 
 The corpus lives in tests/corpus/: wrong.toml (`[name]`, `bug`, `fails = [areas]`,
 and the bug itself as `[[name.edit]]` tables, `old` -> `new` on the reference under
-its own `doc`, or else a file wrong/<name>.py), adversarial.toml (`[name]`, `trick`, `deserves` in
+its own `doc`, or else a file wrong/<name>.py; a timing cheat names its honest twin in
+`no_more_than` and may not outscore it), adversarial.toml (`[name]`, `trick`, `deserves` in
 points, optionally `deserves_without_privilege_drop` and `fast`, file
 adversarial/<name>.py) and right.toml (`[name]`, `style`, optionally `device` and `fast`, file
 right/<name>.py): correct solutions written otherwise than the reference, which must
@@ -43,6 +44,10 @@ from .sandbox.confine import become_subreaper, descendants, reap_children
 
 CORPUS = REPO / "tests" / "corpus"
 EPS = 1e-6
+# How far a cheat may score above its honest twin (`no_more_than`) before validate calls the cheat
+# a success: two gradings of one file differ by up to half a point on the H200 (88.65-89.10 over
+# six), and a window closed on what the grader sees leaves out work after the last output lands.
+TWIN_SLACK = 1.0
 FAST_WRONG = 3           # wrong submissions in --fast when none is marked fast
 SETTLE_S = 5.0           # how long a killed process may take to leave /proc
 
@@ -63,6 +68,7 @@ class Entry:
     fast: bool = False
     device: str | None = None         # right: graded only on this device (None: any)
     may_lose: tuple[str, ...] = ()    # right: areas scored on a curve, where speed may cost points
+    no_more_than: str | None = None   # wrong: another wrong entry (its honest twin) it may not outscore
 
     @property
     def stem(self) -> str:
@@ -177,9 +183,12 @@ def load_corpus(assignment: Assignment, corpus: Path = CORPUS, mutants: Path | N
                 unknown = sorted(set(fails) - set(assignment.areas))
                 if unknown:
                     raise CorpusError(f"{where}: unknown areas {unknown}")
+                twin = spec.get("no_more_than")
+                if twin is not None and (not isinstance(twin, str) or twin not in table or twin == name):
+                    raise CorpusError(f"{where}: `no_more_than` must name another entry of {path.name}")
                 # An area gated by a failed one fails too: wrong.toml names only what the bug breaks.
                 entries.append(Entry(kind, name, file, str(spec.get("bug", "")),
-                                     assignment.with_dependents(fails), fast=fast))
+                                     assignment.with_dependents(fails), fast=fast, no_more_than=twin))
             elif kind == "right":
                 device = spec.get("device")
                 if device not in (None, "cpu", "cuda"):
@@ -326,6 +335,23 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
     if extra.get("problem"):
         row.notes.append(str(extra["problem"])[:200])
     return row
+
+
+def compare_twins(rows: list[Row]) -> None:
+    """A cheat must not outscore its honest twin (`no_more_than`) by more than TWIN_SLACK: the
+    two are the same file but for the trick, so anything more is what the trick bought."""
+    by_name = {(r.entry.kind, r.entry.name): r for r in rows}
+    for row in rows:
+        if not row.entry.no_more_than or row.skipped or row.score is None:
+            continue
+        twin = by_name.get((row.entry.kind, row.entry.no_more_than))
+        if twin is None or twin.skipped or twin.score is None:
+            row.notes.append(f"not compared with {row.entry.no_more_than}: it was not graded in this run")
+        elif row.score > twin.score + TWIN_SLACK:
+            row.problems.append(f"scored {row.score:g}, more than its honest twin {row.entry.no_more_than} "
+                                f"({twin.score:g}) by over {TWIN_SLACK:g}: the trick paid")
+        else:
+            row.notes.append(f"{row.score:g} against its honest twin's {twin.score:g}")
 
 
 def _points_of(area: dict) -> str:
@@ -624,6 +650,8 @@ def _validate(args, mutants: Path) -> int:
     else:
         print(f"validating {len(entries)} submissions of {assignment.id} on {device}, {jobs} at once")
         rows, total = run_parallel(assignment, entries, device, out, jobs, drop_privileges=drop)
+    if not args.reports_dir:          # not one entry of a --jobs run: the parent compares
+        compare_twins(rows)
     print()
     print(render(rows, cols))
     print(f"\ntotal {total:.1f} s; matrix written to {out}")

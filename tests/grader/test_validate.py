@@ -168,6 +168,25 @@ def test_right_entry_may_lose_speed_points_and_the_matrix_shows_how_many():
     assert "9.1/15" in v.render([row], cols)
 
 
+def test_a_cheat_may_not_outscore_its_honest_twin():
+    cols = v.columns(ASSIGNMENT, "cuda")
+    twin = v.Entry("wrong", "slow", Path("slow.py"), fails=("performance",))
+    cheat = v.Entry("wrong", "cheat", Path("cheat.py"), fails=("performance",), no_more_than="slow")
+
+    def rows(cheat_score, twin_score):
+        made = [v.judge(twin, report(ALL - {"performance"}, device="cuda"), cols, device="cuda"),
+                v.judge(cheat, report(ALL - {"performance"}, device="cuda"), cols, device="cuda")]
+        made[0].score, made[1].score = twin_score, cheat_score
+        v.compare_twins(made)
+        return made[1]
+    assert not rows(89.4, 89.5).problems and "against its honest twin" in rows(89.4, 89.5).notes[-1]
+    assert not rows(89.5 + v.TWIN_SLACK, 89.5).problems
+    assert "the trick paid" in rows(93.2, 89.5).problems[0]
+    alone = v.judge(cheat, report(ALL - {"performance"}, device="cuda"), cols, device="cuda")
+    v.compare_twins([alone])
+    assert not alone.problems and "not compared" in alone.notes[-1]
+
+
 def test_render_shows_every_row_and_problem():
     rows = [v.judge(REFERENCE, report(passed=ALL), CPU),
             v.judge(entry(fails=["padding"]), report(passed=ALL), CPU)]
@@ -215,6 +234,8 @@ def test_load_corpus_reads_both_files(tmp_path):
 
 @pytest.mark.parametrize("wrong,adversarial,why", [
     ('[a]\nbug = "x"\n', "", "fails"),
+    ('[a]\nfails = ["write"]\nno_more_than = "b"\n', "", "no_more_than"),
+    ('[a]\nfails = ["write"]\nno_more_than = "a"\n', "", "no_more_than"),
     ('[a]\nfails = ["speed"]\n', "", "unknown areas"),
     ("", "[c]\ntrick = 't'\n", "deserves"),
     ("", "[c]\ndeserves = -1\n", "points"),
