@@ -130,11 +130,12 @@ def pytest_unconfigure(config):
         config.stash[_KEY].close()
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """A submission that failed to import, or was given up on (it hung or crashed on calls in
     a row), fails its remaining tests here, before their fixtures build inputs or take a
-    turn on the GPU."""
+    turn on the GPU. Neither first nor last: after the skipping plugin's own (a skipped test
+    stays skipped), before the runner's, which sets up the fixtures (registered earlier,
+    called later)."""
     if _KEY not in item.config.stash or "submission" not in item.fixturenames:
         return
     sub = _grading(item.config)._submission

@@ -268,7 +268,7 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
     if grade_error:
         row.problems.append(grade_error)
     row.problems += [f"report does not match the schema: {p}" for p in schema_problems]
-    row.problems += [f"left running after its grading: {p}" for p in leftovers]
+    row.problems += [f"left behind after its grading: {p}" for p in leftovers]
     if entry.kind == "wrong":
         elsewhere = sorted(set(entry.fails) - set(cols))
         if elsewhere:

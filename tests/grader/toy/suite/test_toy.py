@@ -1,5 +1,7 @@
 """Hidden suite of the toy assignment. Special values of y trigger the bad submissions' misbehaviour,
 so one test can crash or hang while its neighbours must still pass."""
+import time
+
 import pytest
 import torch
 
@@ -52,3 +54,16 @@ def test_echo_tensor(submission, device):
 @pytest.mark.area("gpu_only")
 def test_gpu_only(submission):
     """Skipped where there is no GPU"""
+
+
+@pytest.fixture
+def large_inputs():
+    """Stands for inputs that take time to build (a real suite's 13 GB caches)."""
+    time.sleep(0.5)
+    return torch.ones(4)
+
+
+@pytest.mark.area("echo")
+def test_echo_large(submission, large_inputs):
+    """Inputs that take time to build come back unchanged"""
+    assert torch.equal(submission.echo(large_inputs), large_inputs), "echo must return its argument"
