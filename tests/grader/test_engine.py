@@ -59,7 +59,7 @@ def test_after_an_import_failure_no_test_builds_its_inputs(toy_report):
     """Once the import has failed, the remaining tests fail at setup, with the import error,
     before their fixtures run (a real suite builds gigabytes of inputs, or waits for a GPU turn)."""
     report = toy_report("raises_at_import")
-    large = next(t for t in report["tests"] if "Inputs that take time to build" in t["name"])
+    large = next(t for t in report["tests"] if "Tensors come back as plain tensors" in t["name"])
     assert large["extra_data"]["outcome"] == "failed"
     assert "failed to import" in large["output"] and "AssertionError" in large["output"]
     assert large["extra_data"]["duration_s"] < 0.4, "the test's fixture ran after the import had failed"

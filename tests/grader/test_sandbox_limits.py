@@ -38,13 +38,14 @@ def test_a_submission_that_keeps_hanging_is_given_up_after_timeouts_in_a_row():
         sub.add_into(x, torch.ones(4))                 # a good call first: the count is of calls in a row
         # After the import, which takes seconds on a busy machine; a restarted worker's start and
         # import keep the full timeout, only the calls after a timeout get AFTER_A_TIMEOUT of it.
-        sub.timeout = 8
+        # The time of a call after a timeout includes the restart of the worker (seconds).
+        sub.timeout = 12
         assert x.tolist() == [1.0] * 4
-        assert _times_out(sub, x) >= 8
+        assert _times_out(sub, x) >= 12
         for _ in range(TIMEOUTS_TO_GIVE_UP - 2):
-            assert _times_out(sub, x) < 8 * AFTER_A_TIMEOUT + 1
+            assert 12 * AFTER_A_TIMEOUT <= _times_out(sub, x) < 11
         sub.add_into(x, torch.ones(4))                 # an answer resets the count
-        assert _times_out(sub, x) >= 8                 # ... and the full timeout
+        assert _times_out(sub, x) >= 12                # ... and the full timeout
         for _ in range(TIMEOUTS_TO_GIVE_UP - 1):
             _times_out(sub, x)
         started = time.monotonic()
@@ -160,7 +161,7 @@ def test_a_timing_test_waits_only_so_long_for_a_stuck_sharer(tmp_path):
     with gpu_turns.turn("gpu-test", False, tmp_path):               # stuck: never leaves
         started = time.monotonic()
         with gpu_turns.turn("gpu-test", True, tmp_path, wait_s=0.3) as alone:
-            assert alone is False and 0.3 <= time.monotonic() - started < 3
+            assert not alone and 0.3 <= time.monotonic() - started < 3
             gate = os.open(tmp_path / "gpu-test.gate", os.O_RDWR)
             try:
                 with pytest.raises(BlockingIOError):                 # a newcomer would wait
@@ -168,7 +169,7 @@ def test_a_timing_test_waits_only_so_long_for_a_stuck_sharer(tmp_path):
             finally:
                 os.close(gate)
     with gpu_turns.turn("gpu-test", True, tmp_path, wait_s=0.3) as alone:
-        assert alone is True
+        assert alone.alone is True
 
 
 def test_the_submission_is_imported_at_its_first_call_and_hold_stops_it():
