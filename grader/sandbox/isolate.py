@@ -14,8 +14,12 @@ worker and everything it starts live in:
     The folders the grader hands the worker (its scratch folder, the exchange of
     shared tensors, the Python installation) are bound back in at their own paths.
 
-Needs CAP_SYS_ADMIN (the grader is root). `available` asks once, in a child, whether
-this machine lets us; where it does not, the report says so.
+As root this needs nothing more. Otherwise the worker first enters a user namespace
+of its own, where it keeps its uid and gains, until it execs, the right to set up the
+others (unprivileged user namespaces: most Linux machines allow them, some containers
+do not); after exec, under a uid other than 0, it has no capability left to undo them.
+`available` asks once, in a child, whether this machine lets us; where it does not,
+the report says so.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ import socket
 import struct
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWNET = 0x40000000
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
@@ -76,7 +81,13 @@ def enter(keep: list[str], shm: bool = True, tmp_bytes: int = PRIVATE_TMP_BYTES)
     """Move this (single-threaded, freshly forked) process into the namespaces above.
     `keep`: folders under a covered one that must stay visible as they are. `shm`: whether
     /dev/shm and System V IPC become private too."""
-    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET | (CLONE_NEWIPC if shm else 0)), "unshare")
+    uid, gid = os.getuid(), os.getgid()
+    user = CLONE_NEWUSER if os.geteuid() != 0 else 0
+    _check(_libc.unshare(user | CLONE_NEWNS | CLONE_NEWNET | (CLONE_NEWIPC if shm else 0)), "unshare")
+    if user:                                                # the same ids inside as outside
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
     _loopback_up()
     _mount("none", "/", None, MS_REC | MS_PRIVATE)          # nothing we mount reaches the host
     folders = [f for f in covered() if shm or f != "/dev/shm"]

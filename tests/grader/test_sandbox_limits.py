@@ -296,3 +296,25 @@ def test_a_turn_held_past_its_deadline_is_lost_and_its_neighbours_go_on(tmp_path
     with gpu_turns.turn("gpu-test", True, tmp_path, hold_s=5) as quick:
         pass
     assert not quick.lost
+
+
+def _user_namespaces_allowed() -> bool:
+    try:
+        return int(Path("/proc/sys/user/max_user_namespaces").read_text()) > 0
+    except (OSError, ValueError):
+        return False
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not _user_namespaces_allowed(),
+                    reason="needs root to become another user, and user namespaces")
+def test_an_unprivileged_grader_gets_the_namespaces_through_a_user_namespace():
+    """Not root, the grader still gives its workers no network and a private /tmp."""
+    import subprocess
+    import sys
+    repo = Path(__file__).resolve().parents[2]
+    code = (f"import sys; sys.path.insert(0, {str(repo)!r}); from grader.sandbox import isolate; "
+            "ok, why = isolate.available(); print(ok, why)")
+    uid = 61999
+    run = subprocess.run([sys.executable, "-s", "-c", code], user=uid, group=uid, extra_groups=[],
+                         capture_output=True, text=True, cwd="/", env={"PATH": os.environ["PATH"]})
+    assert run.stdout.startswith("True"), run.stdout + run.stderr[-2000:]
