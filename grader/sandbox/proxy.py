@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import select
 import shutil
 import signal
@@ -54,9 +53,11 @@ WORKER_FILES = ("worker.py", "wire.py", "vmm.py")
 # 60 + 15 + 15 s, not three minutes.
 TIMEOUTS_TO_GIVE_UP = 3
 AFTER_A_TIMEOUT = 0.25
-# Likewise a worker that dies the same way on this many calls in a row (killed at the
-# memory limit, a segfault): each death costs a restart, seconds of imports.
-CRASHES_TO_GIVE_UP = 3
+# Likewise a submission that meets the memory limit on this many calls in a row (killed
+# there, or refused an allocation): each costs filling gigabytes, and a kill a restart.
+# Other deaths (a segfault) depend on the inputs: a kernel with a wrong offset crashes on
+# some tests and passes others, so they cost only the test in flight.
+MEMORY_TO_GIVE_UP = 3
 
 
 class SandboxFailure(BaseException):
@@ -67,6 +68,10 @@ class SandboxFailure(BaseException):
 
 class WorkerCrashed(SandboxFailure):
     outcome = "crashed"
+
+
+class MemoryLimitHit(WorkerCrashed):
+    """Killed at the memory limit, or refused memory there."""
 
 
 class WorkerTimeout(SandboxFailure):
@@ -148,7 +153,7 @@ class Worker:
                 raise WorkerTimeout(f"no answer within {timeout:.0f} s (infinite loop, deadlock or a hung kernel?)")
             rss = private_rss(self.proc.pid)
             if rss > self.conf.memory_limit:
-                raise WorkerCrashed(f"used {rss / 2**30:.1f} GiB of memory, over the "
+                raise MemoryLimitHit(f"used {rss / 2**30:.1f} GiB of memory, over the "
                                     f"{self.conf.memory_limit / 2**30:.1f} GiB limit")
         try:
             return wire.recv(self.sock, deadline=max(deadline, time.monotonic() + 1.0))
@@ -256,7 +261,7 @@ class Submission:
         self.restarts = 0
         self.import_crashes = 0
         self.timeouts_in_a_row = 0
-        self.crashes_in_a_row: list[str] = []  # causes of the worker deaths since the last answer
+        self.memory_in_a_row = 0               # calls that met the memory limit since the last answer
         self.failures: list[str] = []          # instructor detail: worker deaths and log tails
 
     @cached_property
@@ -416,28 +421,27 @@ class Submission:
         err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
         if reply.get("ok") is not True and err.get("out_of_memory") is True:
             # Refused at the memory limit: as costly as being killed there, call after call.
-            self._count_failure(WorkerCrashed(f"ran out of memory (the limit is "
-                                              f"{self.conf.memory_limit / 2**30:.1f} GiB)"))
+            self._count_failure(MemoryLimitHit(f"ran out of memory (the limit is "
+                                               f"{self.conf.memory_limit / 2**30:.1f} GiB)"))
         else:
-            self.crashes_in_a_row.clear()
+            self.memory_in_a_row = 0
         if reply.get("ok") is True:
             return reply, blobs
         raise SubmissionError(str(err.get("type", "Exception"))[:100], str(err.get("message", ""))[:2000])
 
     def _count_failure(self, exc: SandboxFailure) -> None:
-        """Give up on a submission that failed the same way too many calls in a row."""
+        """Give up on a submission that hung, or met the memory limit, too many calls in a row."""
         if isinstance(exc, WorkerTimeout):
             self.timeouts_in_a_row += 1
             if self.timeouts_in_a_row >= TIMEOUTS_TO_GIVE_UP:
                 self.unavailable = (f"your code hung or ran past the time limit on {TIMEOUTS_TO_GIVE_UP} "
                                     "calls in a row, so the remaining tests were not run")
             return
-        cause = re.sub(r"\d+(\.\d+)?", "#", str(exc))      # "used 9.1 GiB" and "used 9.3 GiB" alike
-        if self.crashes_in_a_row and self.crashes_in_a_row[-1] != cause:
-            self.crashes_in_a_row.clear()
-        self.crashes_in_a_row.append(cause)
-        if len(self.crashes_in_a_row) >= CRASHES_TO_GIVE_UP:
-            self.unavailable = (f"your code failed the same way on {CRASHES_TO_GIVE_UP} calls in a row "
+        if not isinstance(exc, MemoryLimitHit):
+            return
+        self.memory_in_a_row += 1
+        if self.memory_in_a_row >= MEMORY_TO_GIVE_UP:
+            self.unavailable = (f"your code met the memory limit on {MEMORY_TO_GIVE_UP} calls in a row "
                                 f"(the process running it {exc}), so the remaining tests were not run")
 
     def close(self) -> None:

@@ -11,7 +11,7 @@ import torch
 from grader import gpu_turns
 from grader.sandbox import (Confinement, Submission, SubmissionError, SubmissionUnavailable, WorkerCrashed,
                             WorkerTimeout, isolate)
-from grader.sandbox.proxy import AFTER_A_TIMEOUT, CRASHES_TO_GIVE_UP, TIMEOUTS_TO_GIVE_UP
+from grader.sandbox.proxy import AFTER_A_TIMEOUT, MEMORY_TO_GIVE_UP, TIMEOUTS_TO_GIVE_UP
 
 TOY = Path(__file__).parent / "toy" / "submissions"
 
@@ -198,24 +198,18 @@ def test_the_submission_is_imported_at_its_first_call_and_hold_stops_it():
         sub.close()
 
 
-def test_a_submission_that_keeps_crashing_the_same_way_is_given_up():
-    """Each death costs a restart (seconds of imports): after CRASHES_TO_GIVE_UP of the same
-    cause in a row the remaining calls fail at once; an answer in between resets the count."""
+def test_segfaults_cost_only_their_own_calls_however_many_in_a_row():
+    """A kernel with a wrong offset crashes on some inputs and is right on others (the wrong
+    corpus' layout_dims_misread crashes on every write test and must still pass validation):
+    deaths other than at the memory limit are never given up on."""
     conf = Confinement.prepare("cpu", [], want_uid=False)
     sub = Submission(TOY / "segfault_on_seven.py", ["add_into", "echo"], torch.device("cpu"), conf, timeout=60)
     x = torch.zeros(4)
     try:
-        for _ in range(CRASHES_TO_GIVE_UP - 1):
+        for _ in range(MEMORY_TO_GIVE_UP + 1):
             with pytest.raises(WorkerCrashed, match="SIGSEGV"):
                 sub.add_into(x, torch.full((4,), 7.0))
         assert sub.echo(1) == 1
-        for _ in range(CRASHES_TO_GIVE_UP):
-            with pytest.raises(WorkerCrashed, match="SIGSEGV"):
-                sub.add_into(x, torch.full((4,), 7.0))
-        started = time.monotonic()
-        with pytest.raises(SubmissionUnavailable, match="same way on 3 calls in a row.*SIGSEGV"):
-            sub.echo(1)
-        assert time.monotonic() - started < 1.0
     finally:
         sub.close()
 
@@ -223,7 +217,7 @@ def test_a_submission_that_keeps_crashing_the_same_way_is_given_up():
 def test_memory_past_the_limit_is_refused_at_once_and_counts_as_the_same_failure():
     """On the CPU an allocation past the worker's memory limit fails at once (RLIMIT_DATA)
     instead of growing until the watchdog kills the worker; refusals in a row give up like
-    crashes. Shared tensors are file mappings and do not count against it."""
+    kills there. Shared tensors are file mappings and do not count against it."""
     conf = Confinement.prepare("cpu", [], want_uid=False)
     conf.memory_limit = 1 << 30
     sub = Submission(TOY / "net_and_tmp.py", ["add_into", "grab"], torch.device("cpu"), conf, timeout=60)
@@ -231,10 +225,10 @@ def test_memory_past_the_limit_is_refused_at_once_and_counts_as_the_same_failure
         big = sub.exchange.zeros((3 << 28,), torch.uint8)      # 768 MiB shared: not counted
         sub.add_into(big[:4], torch.ones(4, dtype=torch.uint8))
         assert sub.grab(64 << 20) == 64 << 20
-        for _ in range(CRASHES_TO_GIVE_UP):
+        for _ in range(MEMORY_TO_GIVE_UP):
             with pytest.raises(SubmissionError, match="MemoryError"):
                 assert _timed(lambda: sub.grab(2 << 30)) < 5
-        with pytest.raises(SubmissionUnavailable, match="ran out of memory"):
+        with pytest.raises(SubmissionUnavailable, match="memory limit on 3 calls in a row.*ran out of memory"):
             sub.grab(1)
     finally:
         sub.close()
