@@ -161,6 +161,7 @@ class Confinement:
             from . import vmm
             conf.gpu_memory = "vmm" if vmm.available() else "ipc"
         conf.namespaces, conf.namespaces_why = _namespaces_available()
+        python_paths()     # found here: preexec runs after a fork, where an import could deadlock
         if not want_uid:
             conf.reason = "privilege drop disabled by configuration"
         elif os.geteuid() != 0:
@@ -243,14 +244,15 @@ def _namespaces_available() -> tuple[bool, str]:
     return ok, "" if ok else f"the grader cannot create namespaces here ({why})"
 
 
-def python_paths() -> list[str]:
+@cache
+def python_paths() -> tuple[str, ...]:
     """Where the worker's interpreter and libraries live; kept visible where they lie in a
     folder the worker gets a private copy of (a checkout under /tmp with its .venv)."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
     paths |= {p for p in sysconfig.get_paths().values() if p}
     for var in ("PYTHONPATH", "LD_LIBRARY_PATH"):
         paths |= {p for p in os.environ.get(var, "").split(os.pathsep) if p}
-    return sorted(p for p in paths if os.path.isdir(p))
+    return tuple(sorted(p for p in paths if os.path.isdir(p)))
 
 
 _UID_LOCKS: list[int] = []     # open lock files: held for this process's lifetime
