@@ -414,6 +414,8 @@ class Submission:
         except SandboxFailure as exc:
             self._discard(f"{name}: {exc}")
             self._count_failure(exc)
+            if not self.unavailable:
+                self.start()       # the next worker imports torch while the next test builds its inputs
             raise
         self.timeouts_in_a_row = 0
         if reply.get("poisoned"):
