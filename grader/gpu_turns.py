@@ -13,6 +13,11 @@ call timeout, and a timing test behind it would wait as long (three minutes on t
 H200, behind a submission that hangs). So a timing test waits at most EXCLUSIVE_WAIT_S
 for the sharers already inside; then it goes ahead beside them, keeping newcomers out,
 and says so (the turn yields whether the GPU was had alone).
+
+A holder may be stuck too: a timing test whose worker hangs would keep every
+neighbour out. So a turn taken with `hold_s` has a deadline: past it a timer in the
+holder's process gives the lock back, the neighbours go on, and the holder learns it
+lost the turn (`Turn.lost`; the plugin fails its test for that reason).
 """
 from __future__ import annotations
 
@@ -21,11 +26,25 @@ import fcntl
 import functools
 import os
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 LOCK_DIR_ENV = "GRADER_GPU_LOCK_DIR"
 EXCLUSIVE_WAIT_S = 30.0     # the longest test that shares the GPU takes about 5 s on the H200
+HOLD_S = 90.0               # a test's turn: past one call's timeout (60 s), which only a stuck test reaches
+
+
+class Turn:
+    """A held turn: `alone` (see turn) and whether it was `lost` at its deadline."""
+
+    def __init__(self, alone: bool):
+        self.alone = alone
+        self.lost = False
+        self.hold_s: float | None = None
+
+    def __bool__(self) -> bool:
+        return self.alone
 
 
 def lock_dir() -> Path:
@@ -58,9 +77,11 @@ def _lock_within(fd: int, seconds: float) -> bool:
 
 
 @contextlib.contextmanager
-def turn(key: str, exclusive: bool, folder: Path | None = None, wait_s: float = EXCLUSIVE_WAIT_S):
+def turn(key: str, exclusive: bool, folder: Path | None = None, wait_s: float = EXCLUSIVE_WAIT_S,
+         hold_s: float | None = None):
     """Hold the GPU named `key`: alone when `exclusive`, else beside other sharers.
-    Yields False only for an exclusive turn that went ahead beside stuck sharers."""
+    Yields a Turn, false only for an exclusive turn that went ahead beside stuck sharers;
+    with `hold_s`, the lock is given back that many seconds in, and the Turn says it was lost."""
     folder = folder or lock_dir()
     gate = os.open(folder / f"{key}.gate", os.O_RDWR | os.O_CREAT, 0o600)
     room = os.open(folder / f"{key}.room", os.O_RDWR | os.O_CREAT, 0o600)
@@ -75,7 +96,25 @@ def turn(key: str, exclusive: bool, folder: Path | None = None, wait_s: float = 
         finally:
             if alone:        # one that is not alone keeps the gate: no newcomer joins it
                 fcntl.flock(gate, fcntl.LOCK_UN)
-        yield alone
+        held = Turn(alone)
+        timer = None
+        if hold_s is not None:
+            held.hold_s = hold_s
+            timer = threading.Timer(hold_s, _expire, args=(held, room, gate))
+            timer.daemon = True
+            timer.start()
+        try:
+            yield held
+        finally:
+            if timer is not None:
+                timer.cancel()
+                timer.join()     # an expiry under way finishes before the fds are closed
     finally:
         os.close(room)       # closing drops the lock
         os.close(gate)
+
+
+def _expire(held: Turn, room: int, gate: int) -> None:
+    held.lost = True
+    fcntl.flock(room, fcntl.LOCK_UN)
+    fcntl.flock(gate, fcntl.LOCK_UN)

@@ -17,7 +17,7 @@ import pytest
 
 from .assignment import Assignment
 from .run import DEVICE_FILE
-from .sandbox import Confinement, SandboxFailure, Submission, SubmissionError
+from .sandbox import Confinement, SandboxFailure, Submission, SubmissionError, SubmissionUnavailable
 
 if TYPE_CHECKING:
     import torch
@@ -35,6 +35,8 @@ def pytest_addoption(parser):
     group.addoption("--grader-no-uid", action="store_true", help="do not drop privileges")
     group.addoption("--grader-protect", action="append", default=[],
                     help="a further path the worker must not reach (e.g. the class's other submissions)")
+    group.addoption("--grader-scratch-root", help="folder for the workers' scratch folders (the caller removes it)")
+    group.addoption("--grader-exchange-root", help="folder for the shared tensors (the caller removes it)")
 
 
 class Grading:
@@ -49,6 +51,7 @@ class Grading:
         self.state = Path(opt("--grader-state"))
         self.want_uid = not opt("--grader-no-uid")
         self.protect = [Path(p) for p in opt("--grader-protect")]
+        self.roots = {"scratch_root": opt("--grader-scratch-root"), "exchange_root": opt("--grader-exchange-root")}
         self.confinement = self._confinement()
         self._submission: Submission | None = None
         self._reference: Submission | None = None
@@ -64,7 +67,7 @@ class Grading:
         if self._submission is None:
             self._submission = Submission(self.submission_path, list(self.assignment.functions),
                                           self.device, self.confinement, self.assignment.call_timeout_s,
-                                          self.assignment.time_budget_s)
+                                          self.assignment.time_budget_s, **self.roots)
             self._submission.start()     # the worker imports while pytest collects
         return self._submission
 
@@ -72,7 +75,8 @@ class Grading:
         if self._reference is None and self.assignment.reference.is_file():
             # A confinement (and so a uid) of its own: stopping one worker sweeps its uid clean.
             self._reference = Submission(self.assignment.reference, list(self.assignment.functions),
-                                         self.device, self._confinement(), self.assignment.call_timeout_s)
+                                         self.device, self._confinement(), self.assignment.call_timeout_s,
+                                         **self.roots)
             self._reference.start()
         return self._reference
 
@@ -124,6 +128,19 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     if _KEY in config.stash:
         config.stash[_KEY].close()
+
+
+def pytest_runtest_setup(item):
+    """A submission that failed to import, or was given up on (it hung or crashed on calls in
+    a row), fails its remaining tests here, before their fixtures build inputs or take a
+    turn on the GPU. Neither first nor last: after the skipping plugin's own (a skipped test
+    stays skipped), before the runner's, which sets up the fixtures (registered earlier,
+    called later)."""
+    if _KEY not in item.config.stash or "submission" not in item.fixturenames:
+        return
+    sub = _grading(item.config)._submission
+    if sub is not None and sub.unavailable:
+        raise SubmissionUnavailable(sub.unavailable)
 
 
 def area_of(item) -> str | None:
@@ -203,6 +220,7 @@ def reference(request):
 
 _MEASURE = pytest.StashKey[float]()
 _NOT_ALONE = pytest.StashKey[bool]()
+_TURN = pytest.StashKey["gpu_turns.Turn"]()
 
 
 @pytest.fixture
@@ -221,7 +239,12 @@ def gpu_alone(device):
     if device.type != "cuda":
         return lambda: contextlib.nullcontext(True)
     from . import gpu_turns
-    return lambda: gpu_turns.turn(gpu_turns.gpu_key(), exclusive=True)
+
+    @contextlib.contextmanager
+    def alone():
+        with gpu_turns.turn(gpu_turns.gpu_key(), exclusive=True) as held:
+            yield held.alone
+    return alone
 
 
 @pytest.fixture(autouse=True)
@@ -232,10 +255,29 @@ def gpu_turn(request, device):
         yield
         return
     from . import gpu_turns
-    with gpu_turns.turn(gpu_turns.gpu_key(), exclusive="measure" in request.fixturenames) as alone:
-        if not alone:
+    with gpu_turns.turn(gpu_turns.gpu_key(), exclusive="measure" in request.fixturenames,
+                        hold_s=gpu_turns.HOLD_S) as held:
+        if not held.alone:
             request.node.stash[_NOT_ALONE] = True
+        request.node.stash[_TURN] = held
         yield
+
+
+class TurnLost(SandboxFailure):
+    """The test held the GPU past its turn's deadline; its neighbours went on without it."""
+    outcome = "timeout"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """A test that lost its GPU turn fails, whatever it found: it was no longer alone, or
+    no longer entitled to the GPU, for part of the time."""
+    result = yield
+    held = item.stash.get(_TURN, None)
+    if held is not None and held.lost:
+        raise TurnLost(f"this test held the GPU past its turn's {held.hold_s:g} s, so it was given "
+                       "to the other gradings sharing the GPU and the test does not count")
+    return result
 
 
 @pytest.fixture
@@ -269,7 +311,7 @@ def pytest_json_runtest_metadata(item, call):
         record = {"area": area_of(item), "contract": contract_of(item)}
     if call.excinfo is not None and call.when in ("setup", "call"):
         outcome, hint = _hint(call.excinfo)
-        if call.when == "setup" and outcome not in ("skipped", "crashed", "timeout"):
+        if call.when == "setup" and outcome != "skipped" and not isinstance(call.excinfo.value, SandboxFailure):
             outcome = "error"
         record.update(outcome=outcome, hint=hint)
     elif call.when == "call":

@@ -23,6 +23,7 @@ from pathlib import Path
 from . import report as reports
 from .assignment import REPO, Assignment
 from .sandbox.confine import become_subreaper, kill_tree
+from .sandbox.proxy import shared_tensor_root
 from .scoring import OUTCOMES, TestResult, score
 
 SUITE_TIMEOUT_S = 3600
@@ -157,7 +158,8 @@ def grade(assignment: Assignment, submission: Path, report_path: Path, device: s
 
 
 def _pytest_cmd(assignment: Assignment, submission: Path, device: str, seed: int, state: Path,
-                drop_privileges: bool, collect_only: bool, protect: list[Path] = ()) -> list[str]:
+                drop_privileges: bool, collect_only: bool, protect: list[Path] = (),
+                roots: dict[str, Path] | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", str(assignment.hidden_tests), "-p", "grader.pytest_plugin",
            "-p", "no:cacheprovider", "--rootdir", str(assignment.hidden_tests), "-c", os.devnull,
            "--grader-assignment", str(assignment.folder), "--grader-submission", str(submission),
@@ -168,6 +170,8 @@ def _pytest_cmd(assignment: Assignment, submission: Path, device: str, seed: int
         cmd.append("--grader-no-uid")
     for path in protect:
         cmd += ["--grader-protect", str(Path(path).resolve())]
+    for name, folder in (roots or {}).items():
+        cmd += [f"--grader-{name.replace('_', '-')}", str(folder)]
     if collect_only:
         cmd.append("--collect-only")
     return cmd
@@ -221,10 +225,24 @@ def _collect_only(assignment: Assignment, problem: str) -> list[TestResult]:
     return [TestResult(c["nodeid"], c["area"], c["contract"], "failed", problem) for c in collected]
 
 
+def _work_roots() -> dict[str, Path]:
+    """Folders the workers' scratch and shared tensors go in, removed by this process after
+    pytest ends, so nothing of theirs outlives the grading even if the test process is killed.
+    Mode 0711: each worker reaches only the folder it is handed inside."""
+    roots = {"scratch_root": Path(tempfile.mkdtemp(prefix="grader-work-"))}
+    shm = shared_tensor_root()
+    roots["exchange_root"] = Path(tempfile.mkdtemp(prefix="grader-work-", dir=shm)) if shm else roots["scratch_root"]
+    for folder in roots.values():
+        folder.chmod(0o711)
+    return roots
+
+
 def _run_suites(assignment, submission, device, seed, drop_privileges, instructor, quiet, env, protect=()):
     state = Path(tempfile.mkdtemp(prefix="grader-"))   # 0700: no worker reads or writes it
+    roots = _work_roots()
     try:
-        cmd = _pytest_cmd(assignment, submission.resolve(), device, seed, state, drop_privileges, False, protect)
+        cmd = _pytest_cmd(assignment, submission.resolve(), device, seed, state, drop_privileges, False, protect,
+                          roots)
         code, tail = _pytest(cmd, quiet)
         collected = _read_json(state / "collected.json", list)
         pytest_json = _read_json(state / "pytest.json", dict) or {}
@@ -232,7 +250,8 @@ def _run_suites(assignment, submission, device, seed, drop_privileges, instructo
         worker = _read_json(state / "worker.json", dict) or {}
         opened = _read_json(state / DEVICE_FILE, dict) or {}
     finally:
-        shutil.rmtree(state, ignore_errors=True)
+        for folder in (state, *roots.values()):
+            shutil.rmtree(folder, ignore_errors=True)
     instructor.update(pytest_exit=code, worker=worker)
     env.update({k: v for k, v in opened.items() if k in ("device_name", "cuda") and isinstance(v, str)})
     if collected is None:

@@ -8,7 +8,7 @@ The corpus lives in tests/corpus/: wrong.toml (`[name]`, `bug`, `fails = [areas]
 and the bug itself as `[[name.edit]]` tables, `old` -> `new` on the reference under
 its own `doc`, or else a file wrong/<name>.py; a timing cheat names its honest twin in
 `no_more_than` and may not outscore it), adversarial.toml (`[name]`, `trick`, `deserves` in
-points, optionally `deserves_without_privilege_drop` and `fast`, file
+points, optionally `deserves_without_privilege_drop`, `earns_at_least` and `fast`, file
 adversarial/<name>.py) and right.toml (`[name]`, `style`, optionally `device` and `fast`, file
 right/<name>.py): correct solutions written otherwise than the reference, which must
 earn every point of every area but those scored on a curve (a slower one may lose
@@ -26,6 +26,7 @@ that what one entry leaves behind is still found by its own subreaper.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import signal
@@ -65,6 +66,7 @@ class Entry:
     fails: tuple[str, ...] = ()       # wrong: the areas it must fail
     deserves: float | None = None     # adversarial: the most it may score; None: anything
     deserves_without_drop: float | None = None
+    earns_at_least: float | str | None = None   # adversarial: the least it must score ("all": full marks)
     fast: bool = False
     device: str | None = None         # right: graded only on this device (None: any)
     may_lose: tuple[str, ...] = ()    # right: areas scored on a curve, where speed may cost points
@@ -203,8 +205,10 @@ def load_corpus(assignment: Assignment, corpus: Path = CORPUS, mutants: Path | N
                     raise CorpusError(f"{where}: `deserves` is missing")
                 deserves = _points(spec["deserves"], where)
                 without = _points(spec.get("deserves_without_privilege_drop", spec["deserves"]), where)
+                least = spec.get("earns_at_least")
+                least = least if least in (None, "all") else _points(least, where)
                 entries.append(Entry(kind, name, file, str(spec.get("trick", "")), deserves=deserves,
-                                     deserves_without_drop=without, fast=fast))
+                                     deserves_without_drop=without, earns_at_least=least, fast=fast))
     return entries
 
 
@@ -289,7 +293,7 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
     if grade_error:
         row.problems.append(grade_error)
     row.problems += [f"report does not match the schema: {p}" for p in schema_problems]
-    row.problems += [f"left running after its grading: {p}" for p in leftovers]
+    row.problems += [f"left behind after its grading: {p}" for p in leftovers]
     if entry.kind == "wrong":
         elsewhere = sorted(set(entry.fails) - set(cols))
         if elsewhere:
@@ -327,6 +331,10 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
     elif row.allowed is not None:
         if not isinstance(row.score, (int, float)) or row.score > row.allowed + EPS:
             row.problems.append(f"scored {row.score}, deserves at most {row.allowed:g}")
+    least = row.max_score if entry.earns_at_least == "all" else entry.earns_at_least
+    if entry.kind == "adversarial" and least is not None and not (
+            isinstance(row.score, (int, float)) and row.score >= least - EPS):
+        row.problems.append(f"scored {row.score}, must earn at least {least:g}")
     if entry.kind == "adversarial" and call_timeout_s:
         slow = overlong_tests(report, call_timeout_s)
         if slow:
@@ -473,6 +481,27 @@ def leftovers_after(uid: int | None) -> list[str]:
     return seen
 
 
+def files_left_by(uid: int | None) -> list[str]:
+    """Files the workers' uid left in the world-writable folders, then removed. Where the
+    workers had no uid of their own their files cannot be told from anyone else's."""
+    from .sandbox.isolate import covered
+    if uid is None:
+        return []
+    found = []
+    for folder in covered():
+        for parent, dirs, files in os.walk(folder):
+            for name in dirs + files:
+                path = os.path.join(parent, name)
+                with contextlib.suppress(OSError):
+                    if os.lstat(path).st_uid == uid:
+                        found.append(path)
+                        dirs[:] = [d for d in dirs if d != name]
+    for path in found:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+    return [f"{p} (removed)" for p in found[:10]] + ([f"and {len(found) - 10} more"] if len(found) > 10 else [])
+
+
 # -- running -------------------------------------------------------------------------
 def grade_entry(entry: Entry, assignment: Assignment, device: str, report_path: Path,
                 log_path: Path, drop_privileges: bool = True, timeout: float | None = None
@@ -538,6 +567,7 @@ def run(assignment: Assignment, entries: list[Entry], device: str, out: Path,
         report, error, wall = grade_entry(entry, assignment, device, report_path, log_path, drop_privileges)
         uid = ((report or {}).get("extra_data", {}).get("sandbox") or {}).get("uid")
         strays = leftovers_after(uid if isinstance(uid, int) else None)
+        strays += files_left_by(uid if isinstance(uid, int) else None)
         row = judge(entry, report, cols, grade_error=error, device=device, leftovers=strays,
                     schema_problems=schema_problems(report) if report is not None else [],
                     call_timeout_s=assignment.call_timeout_s)

@@ -6,7 +6,11 @@ report says which were in force:
     Python environment), with the protected paths closed to it;
   * resource limits: file size (caps the output log), core dumps, address space
     on the CPU, process count under the separate uid;
-  * a memory watchdog on private resident memory (CUDA needs the address space);
+  * a memory watchdog on private resident memory (CUDA needs the address space),
+    and on the CPU a cap on private writable memory (RLIMIT_DATA), so an allocation
+    past it fails at once instead of growing until the watchdog sees it;
+  * namespaces (isolate.py): no network, private IPC, and a private, size-capped
+    /tmp, /var/tmp, /dev/shm that dies with the worker;
   * every descendant is ours to kill: the grader is a child subreaper, so a
     process that daemonises is re-parented to it instead of escaping.
 """
@@ -25,10 +29,14 @@ import signal
 import stat
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
+
+from . import isolate
 
 PR_SET_CHILD_SUBREAPER = 36
 OUTPUT_LIMIT = 64 << 20           # bytes a worker may write to its log
@@ -136,6 +144,14 @@ class Confinement:
     reason: str = ""
     subreaper: bool = False
     gpu_memory: str | None = None     # how GPU tensors reach the worker: "vmm" or "ipc" (same uid only)
+    namespaces: bool = False          # no network, private IPC and /tmp (isolate.py)
+    namespaces_why: str = ""
+
+    @property
+    def private_shm(self) -> bool:
+        """torch's CUDA IPC keeps its reference counts in /dev/shm files the grader's
+        process opens too, so with "ipc" /dev/shm and System V IPC stay shared."""
+        return self.gpu_memory != "ipc"
 
     @classmethod
     def prepare(cls, device: str, protect: list[Path], python: str = sys.executable,
@@ -144,6 +160,8 @@ class Confinement:
         if device == "cuda":
             from . import vmm
             conf.gpu_memory = "vmm" if vmm.available() else "ipc"
+        conf.namespaces, conf.namespaces_why = _namespaces_available()
+        python_paths()     # found here: preexec runs after a fork, where an import could deadlock
         if not want_uid:
             conf.reason = "privilege drop disabled by configuration"
         elif os.geteuid() != 0:
@@ -170,12 +188,18 @@ class Confinement:
                 conf.reason = f"a worker under uid {uid} cannot work here: {why}. Workers run as root"
         return conf
 
-    def preexec(self) -> None:
-        """Runs in the child between fork and exec."""
+    def preexec(self, keep: list[str] = ()) -> None:
+        """Runs in the child between fork and exec. `keep`: folders the worker must see as
+        they are (its scratch, the exchange, the Python installation)."""
+        if self.namespaces:
+            isolate.enter([*keep, *python_paths()], shm=self.private_shm)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT, OUTPUT_LIMIT))
         if self.device == "cpu":
             resource.setrlimit(resource.RLIMIT_AS, (CPU_ADDRESS_SPACE, CPU_ADDRESS_SPACE))
+            # Shared tensors are MAP_SHARED file pages, which RLIMIT_DATA leaves out. Not on the
+            # GPU: what the CUDA driver maps privately is not ours to bound.
+            resource.setrlimit(resource.RLIMIT_DATA, (self.memory_limit, self.memory_limit))
         if self.uid is not None:
             resource.setrlimit(resource.RLIMIT_NPROC, (4096, 4096))
             os.setgroups([])
@@ -195,11 +219,40 @@ class Confinement:
             "protected_paths": self.protected,
             "rlimits": {"fsize_bytes": OUTPUT_LIMIT, "core": 0,
                         "address_space_bytes": CPU_ADDRESS_SPACE if self.device == "cpu" else None,
-                        "nproc": 4096 if self.uid is not None else None},
+                        "nproc": 4096 if self.uid is not None else None,
+                        "data_bytes": self.memory_limit if self.device == "cpu" else None},
             "memory_watchdog_bytes": self.memory_limit,
             "descendants_reaped": self.subreaper,
             "gpu_memory": self.gpu_memory,
+            "network": "own network namespace, loopback only" if self.namespaces
+                       else f"not isolated: {self.namespaces_why}",
+            "private_tmp": {"folders": [f for f in isolate.covered()
+                                        if self.private_shm or f != "/dev/shm"],
+                            "bytes": isolate.PRIVATE_TMP_BYTES, "ipc_namespace": self.private_shm,
+                            "removed_with_the_worker": True} if self.namespaces else None,
         }
+
+    @property
+    def tmpdir(self) -> str | None:
+        """TMPDIR for the worker: its private /tmp where it has one."""
+        return "/tmp" if self.namespaces else None
+
+
+@cache
+def _namespaces_available() -> tuple[bool, str]:
+    ok, why = isolate.available()
+    return ok, "" if ok else f"the grader cannot create namespaces here ({why})"
+
+
+@cache
+def python_paths() -> tuple[str, ...]:
+    """Where the worker's interpreter and libraries live; kept visible where they lie in a
+    folder the worker gets a private copy of (a checkout under /tmp with its .venv)."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    paths |= {p for p in sysconfig.get_paths().values() if p}
+    for var in ("PYTHONPATH", "LD_LIBRARY_PATH"):
+        paths |= {p for p in os.environ.get(var, "").split(os.pathsep) if p}
+    return tuple(sorted(p for p in paths if os.path.isdir(p)))
 
 
 _UID_LOCKS: list[int] = []     # open lock files: held for this process's lifetime

@@ -48,8 +48,16 @@ class SubmissionError(Exception):
 WORKER_FILES = ("worker.py", "wire.py", "vmm.py")
 
 # A submission that hangs keeps hanging: after this many timeouts in a row its other
-# tests fail at once instead of each waiting out the call timeout.
+# tests fail at once instead of each waiting out the call timeout. After the first, the
+# calls that follow get a fraction of the timeout until one answers, so a hang costs
+# 60 + 15 + 15 s, not three minutes.
 TIMEOUTS_TO_GIVE_UP = 3
+AFTER_A_TIMEOUT = 0.25
+# Likewise a submission that meets the memory limit on this many calls in a row (killed
+# there, or refused an allocation): each costs filling gigabytes, and a kill a restart.
+# Other deaths (a segfault) depend on the inputs: a kernel with a wrong offset crashes on
+# some tests and passes others, so they cost only the test in flight.
+MEMORY_TO_GIVE_UP = 3
 # How long time_calls looks for a timed batch's outputs after the worker has answered: a worker
 # that answers early by a factor past this has its window closed with the outputs not there, and
 # the caller's check fails it.
@@ -65,6 +73,10 @@ class SandboxFailure(BaseException):
 
 class WorkerCrashed(SandboxFailure):
     outcome = "crashed"
+
+
+class MemoryLimitHit(WorkerCrashed):
+    """Killed at the memory limit, or refused memory there."""
 
 
 class WorkerTimeout(SandboxFailure):
@@ -100,7 +112,7 @@ class Worker:
     """One sandboxed process holding one imported submission."""
 
     def __init__(self, module: Path, functions: list[str], device: str,
-                 confinement: Confinement, scratch: Path):
+                 confinement: Confinement, scratch: Path, keep: list[str] = ()):
         self.device = device
         self.conf = confinement
         self.scratch = scratch
@@ -110,7 +122,7 @@ class Worker:
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(scratch / "home"),
-            "TMPDIR": str(scratch / "home"),
+            "TMPDIR": confinement.tmpdir or str(scratch / "home"),
             "TRITON_CACHE_DIR": str(scratch / "triton-cache"),
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONUNBUFFERED": "1",
@@ -126,7 +138,8 @@ class Worker:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                          pass_fds=[theirs.fileno()], cwd=scratch / "home", env=env,
-                                         start_new_session=True, preexec_fn=confinement.preexec)
+                                         start_new_session=True,
+                                         preexec_fn=lambda: confinement.preexec([str(scratch), *keep]))
         theirs.close()
         LIVE.add(self.proc.pid)
 
@@ -145,7 +158,7 @@ class Worker:
                 raise WorkerTimeout(f"no answer within {timeout:.0f} s (infinite loop, deadlock or a hung kernel?)")
             rss = private_rss(self.proc.pid)
             if rss > self.conf.memory_limit:
-                raise WorkerCrashed(f"used {rss / 2**30:.1f} GiB of memory, over the "
+                raise MemoryLimitHit(f"used {rss / 2**30:.1f} GiB of memory, over the "
                                     f"{self.conf.memory_limit / 2**30:.1f} GiB limit")
         try:
             return wire.recv(self.sock, deadline=max(deadline, time.monotonic() + 1.0))
@@ -171,16 +184,19 @@ class Worker:
                 if -code == signal.SIGSEGV else "")
         return f"exited with status {code} instead of answering"
 
-    def stop(self) -> None:
-        try:
-            self.sock.settimeout(0.5)
-            wire.send(self.sock, {"op": "bye"})
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            pass
+    def stop(self, polite: bool = True) -> None:
+        """Ask the worker to leave, then kill what is left. Not `polite`: a worker that failed
+        is killed at once, so that what it holds (memory, a turn on the GPU) is given back."""
+        if polite:
+            try:
+                self.sock.settimeout(0.5)
+                wire.send(self.sock, {"op": "bye"})
+            except OSError:
+                pass
+            try:
+                self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
         kill_tree(self.proc.pid, self.conf.uid)
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -204,7 +220,7 @@ class Worker:
             return ""
 
 
-def _exchange_root() -> str | None:
+def shared_tensor_root() -> str | None:
     """/dev/shm when it is a roomy tmpfs: the first read of a large sparse file is instant
     there, and takes seconds on a disk file system. A small one (containers often get
     64 MB) would fault when a shared tensor is touched, so it is passed over."""
@@ -235,13 +251,16 @@ class Submission:
     """Callable stand-in for the submitted module, e.g. `sub.slot_mapping(...)`."""
 
     def __init__(self, module: Path, functions: list[str], device: "str | torch.device",
-                 confinement: Confinement, timeout: float, budget: float = float("inf")):
+                 confinement: Confinement, timeout: float, budget: float = float("inf"),
+                 scratch_root: Path | None = None, exchange_root: Path | None = None):
+        """`scratch_root`, `exchange_root`: folders to work in, which whoever passes them
+        removes after the run whatever became of this process (default: made here)."""
         self.functions = list(functions)
         self.budget = budget                   # seconds of calls the whole run may spend
         self.device: str = getattr(device, "type", device)    # "cpu" or "cuda"
         self.conf = confinement
         self.timeout = timeout
-        self.scratch = Path(tempfile.mkdtemp(prefix="grader-sandbox-"))
+        self.scratch = Path(tempfile.mkdtemp(prefix="grader-sandbox-", dir=scratch_root))
         for sub in ("home", "triton-cache", "worker", "submission"):
             (self.scratch / sub).mkdir()
         for name in WORKER_FILES:
@@ -252,7 +271,8 @@ class Submission:
             confinement.own(path)
         confinement.own(self.module)
         # Ours, mode 0711: the worker opens the files it is given and cannot add any.
-        self.exchange_dir = Path(tempfile.mkdtemp(prefix="grader-exchange-", dir=_exchange_root()))
+        self.exchange_dir = Path(tempfile.mkdtemp(prefix="grader-exchange-",
+                                                  dir=exchange_root or shared_tensor_root()))
         self.exchange_dir.chmod(0o711)
         self._worker: Worker | None = None
         self._up = False                       # the worker answered that it is waiting to import
@@ -262,6 +282,7 @@ class Submission:
         self.restarts = 0
         self.import_crashes = 0
         self.timeouts_in_a_row = 0
+        self.memory_in_a_row = 0               # calls that met the memory limit since the last answer
         self.failures: list[str] = []          # instructor detail: worker deaths and log tails
         self.last_observed: dict | None = None # what the worker saw the last answered call do
 
@@ -282,7 +303,8 @@ class Submission:
         """Spawn the worker now; its imports overlap whatever the caller does next. It waits,
         before it imports the submission, until the first call (see hold)."""
         if self._worker is None and not self.unavailable:
-            self._worker = Worker(self.module, self.functions, self.device, self.conf, self.scratch)
+            self._worker = Worker(self.module, self.functions, self.device, self.conf, self.scratch,
+                                  [str(self.exchange_dir)])
             self._up = self._greeted = False
 
     @property
@@ -346,7 +368,7 @@ class Submission:
             if why:
                 self.failures.append(f"{why}\n{self._worker.log_tail()}")
                 self.restarts += 1
-            self._worker.stop()
+            self._worker.stop(polite=not why)
             self._worker = None
 
     def call(self, name: str, *args, **kwargs):
@@ -423,23 +445,43 @@ class Submission:
         ids, fds = self.exchange.take_outgoing()
         if ids:
             header = dict(header, fds=ids)
+        timeout = self.timeout * (AFTER_A_TIMEOUT if self.timeouts_in_a_row else 1.0)
         try:
-            reply, blobs = worker.request(header, min(self.timeout, max(1.0, self.budget)), fds)
+            reply, blobs = worker.request(header, min(timeout, max(1.0, self.budget)), fds)
         except SandboxFailure as exc:
             self._discard(f"{name}: {exc}")
-            if isinstance(exc, WorkerTimeout):
-                self.timeouts_in_a_row += 1
-                if self.timeouts_in_a_row >= TIMEOUTS_TO_GIVE_UP:
-                    self.unavailable = (f"your code hung or ran past the time limit on {TIMEOUTS_TO_GIVE_UP} "
-                                        "calls in a row, so the remaining tests were not run")
+            self._count_failure(exc)
+            if not self.unavailable:
+                self.start()       # the next worker imports torch while the next test builds its inputs
             raise
         self.timeouts_in_a_row = 0
         if reply.get("poisoned"):
             self._discard(f"{name}: CUDA context poisoned")
+        err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
+        if reply.get("ok") is not True and err.get("out_of_memory") is True:
+            # Refused at the memory limit: as costly as being killed there, call after call.
+            self._count_failure(MemoryLimitHit(f"ran out of memory (the limit is "
+                                               f"{self.conf.memory_limit / 2**30:.1f} GiB)"))
+        else:
+            self.memory_in_a_row = 0
         if reply.get("ok") is True:
             return reply, blobs
-        err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
         raise SubmissionError(str(err.get("type", "Exception"))[:100], str(err.get("message", ""))[:2000])
+
+    def _count_failure(self, exc: SandboxFailure) -> None:
+        """Give up on a submission that hung, or met the memory limit, too many calls in a row."""
+        if isinstance(exc, WorkerTimeout):
+            self.timeouts_in_a_row += 1
+            if self.timeouts_in_a_row >= TIMEOUTS_TO_GIVE_UP:
+                self.unavailable = (f"your code hung or ran past the time limit on {TIMEOUTS_TO_GIVE_UP} "
+                                    "calls in a row, so the remaining tests were not run")
+            return
+        if not isinstance(exc, MemoryLimitHit):
+            return
+        self.memory_in_a_row += 1
+        if self.memory_in_a_row >= MEMORY_TO_GIVE_UP:
+            self.unavailable = (f"your code met the memory limit on {MEMORY_TO_GIVE_UP} calls in a row "
+                                f"(the process running it {exc}), so the remaining tests were not run")
 
     def close(self) -> None:
         self._discard(None)

@@ -22,7 +22,10 @@ torch = None  # imported after the socket is up, so an import crash is reported
 
 
 def error_of(exc: BaseException) -> dict:
-    return {"type": type(exc).__name__, "message": str(exc)[:4000],
+    # Host memory only: the worker's allocation limit (RLIMIT_DATA) was hit. A CUDA
+    # out-of-memory may be a neighbour's doing on a shared GPU.
+    host_oom = isinstance(exc, MemoryError) or "can't allocate memory" in str(exc)[:1000]
+    return {"type": type(exc).__name__, "message": str(exc)[:4000], "out_of_memory": host_oom,
             "traceback": "".join(traceback.format_exception(exc))[-8000:]}
 
 

@@ -55,6 +55,26 @@ def test_import_error_is_the_reason_and_never_passes_a_raises_test(toy_report):
     assert "AssertionError" in report["extra_data"]["problem"]
 
 
+def test_after_an_import_failure_no_test_builds_its_inputs(toy_report):
+    """Once the import has failed, the remaining tests fail at setup, with the import error,
+    before their fixtures run (a real suite builds gigabytes of inputs, or waits for a GPU turn)."""
+    report = toy_report("raises_at_import")
+    large = next(t for t in report["tests"] if "Tensors come back as plain tensors" in t["name"])
+    assert large["extra_data"]["outcome"] == "failed"
+    assert "failed to import" in large["output"] and "AssertionError" in large["output"]
+    assert large["extra_data"]["duration_s"] < 0.4, "the test's fixture ran after the import had failed"
+
+
+def test_the_report_says_which_isolation_was_in_force(toy_report):
+    from grader.sandbox import isolate
+    sandbox = toy_report("good")["extra_data"]["sandbox"]
+    if isolate.available()[0]:
+        assert sandbox["network"] == "own network namespace, loopback only"
+        assert "/tmp" in sandbox["private_tmp"]["folders"] and sandbox["private_tmp"]["bytes"] > 0
+    else:
+        assert sandbox["network"].startswith("not isolated: ") and sandbox["private_tmp"] is None
+
+
 def test_syntax_error_is_reported_without_running_anything(toy_report):
     report = toy_report("syntax_error")
     validate_report(report)
