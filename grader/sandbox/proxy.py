@@ -122,6 +122,11 @@ class Worker:
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(scratch / "home"),
+            # The worker's uid has no passwd entry, and getpass.getuser() then raises KeyError
+            # unless these are set: torch 2.11 names its compile caches after the user, and its
+            # first dispatch-mode call failed that way on the H200, then every later call too.
+            "USER": "grader-worker",
+            "LOGNAME": "grader-worker",
             "TMPDIR": confinement.tmpdir or str(scratch / "home"),
             "TRITON_CACHE_DIR": str(scratch / "triton-cache"),
             "PYTHONDONTWRITEBYTECODE": "1",

@@ -152,6 +152,12 @@ class Observer:
         observer = self
 
         class Writes(TorchDispatchMode):
+            @classmethod
+            def _should_skip_dynamo(cls):
+                # Else torch wraps the hook below in torch._disable_dynamo, which imports
+                # torch._dynamo (seconds) in the first observed call of every worker.
+                return False
+
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
                 observer.wrote(func, args, kwargs)
