@@ -15,7 +15,6 @@ report: that student scores 0 until a later run succeeds.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -30,7 +29,7 @@ from pathlib import Path
 from queue import Queue
 
 from . import feedback, gradebook
-from .assignment import REPO, Assignment, AssignmentError
+from .assignment import REPO
 from .course import Course, Row, sha256_of
 from .report import write_atomically
 
@@ -336,133 +335,3 @@ def publish(course: Course, rows: list[Row], csv_path: Path, db_url: str | None)
             gradebook.update(course, rows, db_url)
             notes.append(f"updated gradebook {db_url}")
     return notes
-
-
-# -- command line ----------------------------------------------------------------
-def add_parser(sub) -> None:
-    p = sub.add_parser("grade-all", help="grade every submission of a course folder (nbgrader layout)",
-                       description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--course", required=True, help="course folder holding submitted/<student>/<assignment>/")
-    p.add_argument("--assignment", default="assignment/l1_paged_kv_write", help="assignment folder")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--jobs", type=int, help="gradings at once (default: one per GPU; on the CPU half the cores). "
-                        "On GPUs, N > GPUs shares each GPU; tests that time the kernel take turns alone")
-    p.add_argument("--timeout", type=float, help="seconds one grading may take (default: 2 x time budget + 300)")
-    p.add_argument("--csv", help="plain grades CSV (default: COURSE/grades-<assignment id>.csv)")
-    p.add_argument("--db", help="nbgrader gradebook URL (default: sqlite:///COURSE/gradebook.db)")
-    p.add_argument("--no-gradebook", action="store_true", help="leave nbgrader's gradebook alone")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--executor", default="local", choices=["local", "slurm", "submitit-local"],
-                   help="local: gradings as subprocesses here (default); slurm: one task of a Slurm job array "
-                        "per file (docs/cluster.md); submitit-local: the same tasks through submitit on this machine")
-    s = p.add_argument_group("Slurm (--executor slurm); defaults come from assignment.toml")
-    s.add_argument("--partition", help="partition to run the tasks in (default: the cluster's default)")
-    s.add_argument("--account", help="account to charge")
-    s.add_argument("--time-limit", type=int, metavar="MIN",
-                   help="minutes per task (default: from time_budget_s, above --timeout)")
-    s.add_argument("--gpus-per-task", type=int, metavar="N", help="--gres=gpu:N (default: 1 on cuda, 0 on cpu)")
-    s.add_argument("--cpus-per-task", type=int, metavar="N", help="(default: 2)")
-    s.add_argument("--mem-per-task", type=int, metavar="GB", help="host memory per task (default: the worker's "
-                                                                   "memory limit + 4)")
-    s.add_argument("--max-tasks", type=int, metavar="N", help="tasks running at once (the array's %%N)")
-    s.add_argument("--sbatch", action="append", default=[], metavar="KEY[=VALUE]",
-                   help="one more '#SBATCH --KEY=VALUE' line, e.g. --sbatch qos=high (repeatable)")
-    p.set_defaults(run=main)
-
-
-def main(args) -> int:
-    try:
-        assignment = Assignment.load(args.assignment)
-    except AssignmentError as exc:
-        return _usage(str(exc))
-    root = Path(args.course)
-    if not (root / "submitted").is_dir():
-        return _usage(f"no submitted/ folder in {root}")
-    course = Course(root, assignment)
-    try:
-        executor = make_executor(args, course)
-    except ValueError as exc:
-        return _usage(str(exc))
-    if executor.note:
-        print(executor.note, file=sys.stderr)
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        result = grade_all(course, executor.device, progress=not args.no_progress, executor=executor)
-    except KeyboardInterrupt:
-        print("grade-all: interrupted; finished reports are kept, run it again to resume", file=sys.stderr)
-        return 130
-    except RuntimeError as exc:          # the cluster refused the batch
-        print(f"grader: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    csv_path = Path(args.csv) if args.csv else root / f"grades-{assignment.id}.csv"
-    db_url = None if args.no_gradebook else (args.db or gradebook.default_db_url(root))
-    notes = publish(course, result.rows, csv_path, db_url)
-    print(describe(result, executor.describe()))
-    for note in notes:
-        print(note)
-    return 0
-
-
-SLURM_OPTIONS = ("partition", "account", "time_limit", "gpus_per_task", "cpus_per_task", "mem_per_task",
-                 "max_tasks", "sbatch")
-
-
-def make_executor(args, course: Course):
-    """The executor the command line asks for; ValueError says why it cannot be had."""
-    from .run import DeviceUnavailable, resolve_device
-    timeout_s = args.timeout or default_timeout(course)
-    slurm_only = [f"--{name.replace('_', '-')}" for name in SLURM_OPTIONS if getattr(args, name) not in (None, [])]
-    if slurm_only and args.executor != "slurm":
-        raise ValueError(f"{', '.join(slurm_only)}: only for --executor slurm")
-    if args.executor == "slurm":
-        from . import cluster
-        why = cluster.available()
-        if why:
-            raise ValueError(why)
-        try:
-            options = cluster.SlurmOptions(
-                partition=args.partition, account=args.account, time_min=args.time_limit,
-                gpus_per_task=args.gpus_per_task, cpus_per_task=args.cpus_per_task or 2, mem_gb=args.mem_per_task,
-                max_tasks=args.max_tasks, sbatch=cluster.parse_sbatch(args.sbatch))
-            return cluster.SlurmBatch(course, cluster.slurm_device(args.device, args.partition), timeout_s, options)
-        except cluster.ClusterError as exc:
-            raise ValueError(str(exc)) from None
-    try:
-        device = resolve_device(args.device)
-    except DeviceUnavailable as exc:
-        raise ValueError(str(exc)) from None
-    jobs = args.jobs or default_jobs(device)
-    if jobs < 1:
-        raise ValueError("--jobs must be at least 1")
-    if args.executor == "submitit-local":
-        from . import cluster
-        try:
-            return cluster.SubmititLocalBatch(course, device, timeout_s, jobs)
-        except (ImportError, cluster.ClusterError) as exc:
-            raise ValueError(str(exc)) from None
-    return LocalBatch(course, device, jobs, timeout_s)
-
-
-def _usage(message: str) -> int:
-    print(f"grader: {message}", file=sys.stderr)
-    return 2
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
-def describe(result: BatchResult, how: str) -> str:
-    rows = result.rows
-    count = lambda status: sum(r.status == status for r in rows)
-    lines = [f"grade-all: {len(rows)} students, {count('graded')} graded, {count('missing')} missing, "
-             f"{count('error')} errors; {result.graded} gradings run {how}, "
-             f"{result.copied} reports reused for identical files, {result.unchanged} unchanged; "
-             f"{result.wall_s:.0f} s"]
-    for r in rows:
-        if r.status != "graded" or r.note:
-            lines.append(f"  {r.student}: {r.status}: {r.note.splitlines()[0] if r.note else ''}")
-    return "\n".join(lines)

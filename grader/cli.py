@@ -42,8 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--jobs", type=int, help="entries validated at once (default 1; on a GPU machine "
                                             "spread over the GPUs, timing tests taking turns)")
     v.add_argument("--reports-dir", help=argparse.SUPPRESS)     # where --jobs puts each entry's report
-    from . import batch, summary
-    batch.add_parser(sub)       # grade-all
+    from . import grade_all, summary
+    grade_all.add_parser(sub)   # grade-all
     summary.add_parser(sub)     # summary
     args = ap.parse_args(argv)
     if args.command in ("grade-all", "summary"):
