@@ -27,7 +27,8 @@ GATE = ("Until this passes, write/padding/strided_qkv/int64_overflow earn no poi
 
 def _one_call(submission, rng, shared, device, record_property):
     """reshape_and_cache on a small valid batch: (the worker's account of that call, whether
-    both caches hold every token's row at its slot afterwards)."""
+    it wrote anything into the caches). Whether it wrote the right rows is the write area's
+    question: here a wrong kernel is still a Triton kernel."""
     kc, vc = shared.zeros((NB, BS, H, D), torch.float32), shared.zeros((NB, BS, H, D), torch.float32)
     key, value = token_rows(rng, T, H, D, torch.float32, device)
     slots = random_slots(rng, T, NB * BS).to(device)
@@ -36,7 +37,7 @@ def _one_call(submission, rng, shared, device, record_property):
         record_property("detail", f"raised {raised_type(err)}: {raised_message(err, 1000)}")
         fail(error_hint("reshape_and_cache", err))
     observed = submission.last_observed
-    written = all(torch.equal(cache.view(-1, H, D)[slots], src) for cache, src in ((kc, key), (vc, value)))
+    written = bool(kc.count_nonzero() or vc.count_nonzero())      # the caches start as zeros
     record_property("detail", f"observed {observed}; caches written: {written}")
     return observed, written
 
@@ -74,9 +75,9 @@ def test_reshape_and_cache_launches_a_triton_kernel(submission, submission_sourc
 def test_the_caches_are_written_by_the_kernel(submission, rng, shared, device, record_property):
     """The call writes both caches, and no PyTorch operation writes them: the Triton kernel does"""
     observed, written = _one_call(submission, rng, shared, device, record_property)
-    assert written, ("after the call the caches did not hold every token's K and V rows at its "
-                     "slot, so there is no write to judge: the write area's hints say what is "
-                     "wrong. " + GATE)
+    assert written, ("after the call both caches were still all zeros: nothing was written, so "
+                     "there is no write to judge. Store each token's K and V rows with tl.store in "
+                     "your kernel. " + GATE)
     writes = [(CACHES[w], op) for w, op in (observed or {}).get("torch_writes", []) if w in CACHES]
     assert not writes, (
         "PyTorch wrote the caches outside any Triton kernel: "
