@@ -26,11 +26,11 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from queue import Queue
 
 from . import feedback, gradebook
 from .assignment import REPO
 from .course import Course, Row, sha256_of
+from .machines import SlotPool
 from .report import write_atomically
 
 STOP_GRACE_S = 30       # a stopped grading still kills its workers and writes its report
@@ -55,57 +55,6 @@ class BatchResult:
     unchanged: int = 0      # students whose report was already current
     errors: int = 0         # students whose grading produced no report
     wall_s: float = 0.0
-
-
-def default_jobs(device: str) -> int:
-    if device == "cuda":
-        return len(visible_gpus())
-    # A grading keeps about two cores busy: the trusted pytest process and the worker.
-    return max(1, len(os.sched_getaffinity(0)) // 2)
-
-
-def visible_gpus() -> list[str]:
-    from .run import cuda_device_count
-    count = cuda_device_count()
-    listed = [x.strip() for x in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip()]
-    return listed[:count] if listed else [str(i) for i in range(count)]
-
-
-def slots(device: str, jobs: int, grading_gpu_bytes: int | None = None) -> list[dict[str, str]]:
-    """The extra environment of each parallel grading: on a GPU machine the gradings are
-    spread over the GPUs in turn, and no GPU gets more than its memory holds when each
-    grading may use grading_gpu_bytes of it (one at least), so there may be fewer than jobs."""
-    if device != "cuda":
-        return [{} for _ in range(jobs)]
-    from .run import cuda_device_memory
-    gpus = visible_gpus()
-    sizes = cuda_device_memory() if grading_gpu_bytes else []
-    room = [max(1, size // grading_gpu_bytes) for size in sizes] if len(sizes) == len(gpus) else [jobs] * len(gpus)
-    return [{"CUDA_VISIBLE_DEVICES": gpu} for turn in range(jobs) for gpu, n in zip(gpus, room) if turn < n][:jobs]
-
-
-class SlotPool:
-    """Slots to run gradings in, each with its environment from `slots`. `note` says why there
-    are fewer than `jobs`, if there are."""
-
-    def __init__(self, device: str, jobs: int, grading_gpu_bytes: int | None = None):
-        envs = slots(device, jobs, grading_gpu_bytes)
-        if not envs:
-            raise RuntimeError("no GPU to grade on")     # resolve_device lets no such run start
-        self.note = None if len(envs) == jobs else (
-            f"grading {len(envs)} at once, not {jobs}: each grading may use {grading_gpu_bytes / 2**30:.0f} GiB "
-            "of GPU memory (gpu_memory_gib in assignment.toml) and the GPUs hold no more")
-        self._free: Queue = Queue()
-        for env in envs:
-            self._free.put(env)
-
-    def run(self, fn, *args):
-        """fn(*args, env) in the first free slot, waiting for one."""
-        env = self._free.get()
-        try:
-            return fn(*args, env)
-        finally:
-            self._free.put(env)
 
 
 def plan(course: Course, device: str) -> tuple[list[Job], dict[Path, list[str]], int]:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from . import report as reports
 from .assignment import Assignment, AssignmentError
-from .run import DeviceUnavailable, grade, process_age, resolve_device
+from .machines import DeviceUnavailable, resolve_device
+from .run import grade, process_age
 
 
 def _fail(message: str) -> int:

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .assignment import REPO, Assignment
-from .batch import STOP_GRACE_S, Job, Runner, Outcome, slots
+from .batch import STOP_GRACE_S, Job, Outcome, Runner
+from .machines import slots
 from .course import Course
 
 POLL_S = 2.0

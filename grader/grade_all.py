@@ -11,7 +11,7 @@ from pathlib import Path
 
 from . import batch, gradebook
 from .assignment import Assignment, AssignmentError
-from .batch import BatchResult, LocalBatch, default_jobs, default_timeout, grade_all, publish
+from .batch import BatchResult, LocalBatch, default_timeout, grade_all, publish
 from .course import Course
 
 def add_parser(sub) -> None:
@@ -87,7 +87,7 @@ SLURM_OPTIONS = ("partition", "account", "time_limit", "gpus_per_task", "cpus_pe
 
 def make_executor(args, course: Course):
     """The executor the command line asks for; ValueError says why it cannot be had."""
-    from .run import DeviceUnavailable, resolve_device
+    from .machines import DeviceUnavailable, default_jobs, resolve_device
     timeout_s = args.timeout or default_timeout(course)
     slurm_only = [f"--{name.replace('_', '-')}" for name in SLURM_OPTIONS if getattr(args, name) not in (None, [])]
     if slurm_only and args.executor != "slurm":

@@ -4,7 +4,6 @@ what came back against what was collected and write the report once."""
 from __future__ import annotations
 
 import ast
-import ctypes
 import hashlib
 import importlib.metadata
 import json
@@ -22,58 +21,13 @@ from pathlib import Path
 
 from . import report as reports
 from .assignment import REPO, Assignment
+from .machines import resolve_device
 from .sandbox.confine import become_subreaper, kill_tree
 from .sandbox.proxy import shared_tensor_root
 from .scoring import OUTCOMES, TestResult, score
 
 SUITE_TIMEOUT_S = 3600
 DEVICE_FILE = "device.json"     # the test process's word on the GPU it opened
-
-
-def _cuda_driver():
-    """libcuda, initialised, or None where there is no usable driver. The grader's own
-    process asks the driver itself: importing torch to ask would cost it seconds, and it
-    runs no kernel (the test process and the workers do)."""
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:                 # no NVIDIA driver on this machine
-        return None
-    return cuda if cuda.cuInit(0) == 0 else None
-
-
-def cuda_device_count() -> int:
-    """CUDA devices this process may see (CUDA_VISIBLE_DEVICES applies)."""
-    cuda, count = _cuda_driver(), ctypes.c_int(0)
-    if cuda is None or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
-        return 0
-    return count.value
-
-
-def cuda_device_memory() -> list[int]:
-    """Total bytes of memory of each CUDA device this process may see; empty if unknown."""
-    cuda, device, total = _cuda_driver(), ctypes.c_int(0), ctypes.c_size_t(0)
-    sizes = []
-    for i in range(cuda_device_count()):
-        if cuda.cuDeviceGet(ctypes.byref(device), i) != 0 or cuda.cuDeviceTotalMem_v2(ctypes.byref(total), device) != 0:
-            return []
-        sizes.append(total.value)
-    return sizes
-
-
-class DeviceUnavailable(Exception):
-    """--device cuda on a machine without a usable CUDA device."""
-
-
-def resolve_device(requested: str) -> str:
-    """"cpu" or "cuda" for a requested "auto", "cpu" or "cuda"; DeviceUnavailable when
-    "cuda" is asked for and there is none."""
-    if requested == "cpu":
-        return "cpu"
-    if cuda_device_count() > 0:
-        return "cuda"
-    if requested == "cuda":
-        raise DeviceUnavailable("--device cuda asked for, but this machine has no usable CUDA device")
-    return "cpu"
 
 
 def _version(package: str) -> str:

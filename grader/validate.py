@@ -599,7 +599,7 @@ def run_parallel(assignment: Assignment, entries: list[Entry], device: str, out:
     """`run`, with each entry validated by its own `validate --only` process, `jobs` at once."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from .batch import SlotPool
+    from .machines import SlotPool
     reports_dir = reports_dir_of(out)
     reports_dir.mkdir(parents=True, exist_ok=True)
     slot_pool = SlotPool(device, jobs, assignment.grading_gpu_bytes)
@@ -654,7 +654,7 @@ def main(args) -> int:
 
 
 def _validate(args, mutants: Path) -> int:
-    from .run import DeviceUnavailable, resolve_device
+    from .machines import DeviceUnavailable, resolve_device
     try:
         assignment = Assignment.load(args.assignment)
         entries = select(load_corpus(assignment, mutants=mutants), args.only, args.fast)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import toy_class
-from grader import batch
+from grader import batch, machines
 from grader.assignment import REPO
 from grader.batch import grade_all, publish
 from grader.cli import main
@@ -148,26 +148,25 @@ def test_a_grading_without_a_report_is_an_error_row(tmp_path):
 
 
 def test_one_worker_per_gpu(monkeypatch):
-    monkeypatch.setattr(batch, "visible_gpus", lambda: ["2", "5", "7"])
-    assert batch.default_jobs("cuda") == 3
-    assert batch.slots("cuda", 3) == [{"CUDA_VISIBLE_DEVICES": g} for g in ("2", "5", "7")]
-    assert batch.slots("cpu", 2) == [{}, {}]
+    monkeypatch.setattr(machines, "visible_gpus", lambda: ["2", "5", "7"])
+    assert machines.default_jobs("cuda") == 3
+    assert machines.slots("cuda", 3) == [{"CUDA_VISIBLE_DEVICES": g} for g in ("2", "5", "7")]
+    assert machines.slots("cpu", 2) == [{}, {}]
 
 
 def test_a_gpu_gets_no_more_gradings_than_its_memory_holds(monkeypatch):
     """The int64 test alone maps 26 GB: eight gradings on one 141 GB GPU would run honest
     submissions out of memory, and out of points."""
-    import grader.run
-    monkeypatch.setattr(batch, "visible_gpus", lambda: ["0", "1"])
-    monkeypatch.setattr(grader.run, "cuda_device_memory", lambda: [140 << 30, 40 << 30])
-    placed = [env["CUDA_VISIBLE_DEVICES"] for env in batch.slots("cuda", 8, 32 << 30)]
+    monkeypatch.setattr(machines, "visible_gpus", lambda: ["0", "1"])
+    monkeypatch.setattr(machines, "cuda_device_memory", lambda: [140 << 30, 40 << 30])
+    placed = [env["CUDA_VISIBLE_DEVICES"] for env in machines.slots("cuda", 8, 32 << 30)]
     assert placed == ["0", "1", "0", "0", "0"]            # four fit on the first GPU, one on the second
-    assert len(batch.slots("cuda", 3, 32 << 30)) == 3     # fewer asked for than fit: all of them
-    assert len(batch.slots("cuda", 4, 200 << 30)) == 2    # a grading larger than a GPU still gets one
-    assert "grading 5 at once, not 8" in batch.SlotPool("cuda", 8, 32 << 30).note
-    assert batch.SlotPool("cuda", 3, 32 << 30).note is None
-    monkeypatch.setattr(grader.run, "cuda_device_memory", lambda: [])   # the driver did not say: as asked
-    assert len(batch.slots("cuda", 8, 32 << 30)) == 8
+    assert len(machines.slots("cuda", 3, 32 << 30)) == 3     # fewer asked for than fit: all of them
+    assert len(machines.slots("cuda", 4, 200 << 30)) == 2    # a grading larger than a GPU still gets one
+    assert "grading 5 at once, not 8" in machines.SlotPool("cuda", 8, 32 << 30).note
+    assert machines.SlotPool("cuda", 3, 32 << 30).note is None
+    monkeypatch.setattr(machines, "cuda_device_memory", lambda: [])   # the driver did not say: as asked
+    assert len(machines.slots("cuda", 8, 32 << 30)) == 8
 
 
 def test_missing_course_folder_is_a_usage_error(tmp_path, capsys):

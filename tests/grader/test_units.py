@@ -137,10 +137,10 @@ def test_the_graders_own_process_does_not_import_torch():
     itself loads the plugin and the sandbox without it, so that the worker is spawned first."""
     import subprocess
     import sys
-    code = ("import sys; from grader import cli, run, batch, validate, pytest_plugin; "
+    code = ("import sys; from grader import cli, run, batch, validate, pytest_plugin, machines; "
             "from grader.sandbox import Submission, Confinement; "
             "from grader.sandbox.confine import kill_tree; "
-            "run.resolve_device('auto'); run.environment('cpu'); run.precheck(run.REPO / 'reference' / "
+            "machines.resolve_device('auto'); run.environment('cpu'); run.precheck(run.REPO / 'reference' / "
             "'l1_paged_kv_write.py', cli.Assignment.load('assignment/l1_paged_kv_write')); "
             "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
