@@ -31,6 +31,7 @@ from . import feedback, gradebook
 from .assignment import REPO
 from .course import Course, Row, sha256_of
 from .machines import SlotPool
+from .warm import WarmHost
 from .report import write_atomically
 
 STOP_GRACE_S = 30       # a stopped grading still kills its workers and writes its report
@@ -159,10 +160,11 @@ def _signal(proc: subprocess.Popen, signum: int) -> None:
 class LocalBatch:
     """Gradings as subprocesses of this process, in the slots of a SlotPool."""
 
-    def __init__(self, course: Course, device: str, jobs: int, timeout_s: float):
+    def __init__(self, course: Course, device: str, jobs: int, timeout_s: float, warm: bool = True):
         self.jobs = jobs
         self.runner = Runner(course, device, timeout_s)
-        self.slot_pool = SlotPool(device, jobs, course.assignment.grading_gpu_bytes)
+        hosts = (lambda env: WarmHost(course.assignment.folder, device, env)) if warm else None
+        self.slot_pool = SlotPool(device, jobs, course.assignment.grading_gpu_bytes, hosts=hosts)
         self.note = self.slot_pool.note
         self.status: dict[str, int] = {}
         self.device = device
@@ -183,12 +185,14 @@ class LocalBatch:
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+            self.slot_pool.close()
 
     def stop(self) -> None:
         self.runner.stop()
+        self.slot_pool.close()
 
     def describe(self) -> str:
-        return f"on {self.device} with {self.jobs} at once"
+        return f"on {self.device} with {self.jobs} at once" + (", warm" if self.slot_pool.hosts else ", cold")
 
 
 def grade_all(course: Course, device: str, jobs: int = 1, timeout_s: float | None = None,

@@ -3,6 +3,7 @@ and `python -m grader validate --out FILE` (the kill matrix over the corpus)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -11,6 +12,7 @@ from . import report as reports
 from .assignment import Assignment, AssignmentError
 from .machines import DeviceUnavailable, resolve_device
 from .run import grade, process_age
+from .warm import HOST_ENV
 
 
 def _fail(message: str) -> int:
@@ -31,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--quiet", action="store_true", help="no per-test progress")
     g.add_argument("--protect", action="append", default=[], metavar="PATH",
                    help="a further path closed to the submission's worker (grade-all passes the course folder)")
+    g.add_argument("--warm-host", metavar="SOCKET", default=os.environ.get(HOST_ENV) or None,
+                   help=f"run the suites in this warm grading host (default ${HOST_ENV}; grade-all and "
+                        "validate --jobs start one per slot); without one they run in a fresh process")
     v = sub.add_parser("validate", help="grade the reference and the wrong/adversarial corpus, "
                                         "print the kill matrix")
     v.add_argument("--assignment", default="assignment/l1_paged_kv_write", help="assignment folder")
@@ -42,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--no-privilege-drop", action="store_true", help="run workers as the grader's user")
     v.add_argument("--jobs", type=int, help="entries validated at once (default 1; on a GPU machine "
                                             "spread over the GPUs, timing tests taking turns)")
+    v.add_argument("--cold", action="store_true", help="every grading starts its own test process (default: "
+                                                        "a warm host per slot, as grade-all)")
     v.add_argument("--reports-dir", help=argparse.SUPPRESS)     # where --jobs puts each entry's report
     from . import grade_all, summary
     grade_all.add_parser(sub)   # grade-all
@@ -69,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"--report {report_path} is a folder; give a file path")
     report = grade(assignment, submission, report_path, device, args.seed,
                    drop_privileges=not args.no_privilege_drop, quiet=args.quiet,
-                   protect=[Path(p) for p in args.protect], started=time.monotonic() - process_age())
+                   protect=[Path(p) for p in args.protect], started=time.monotonic() - process_age(),
+                   host=args.warm_host)
     print()
     print(reports.terminal_table(report))
     if report["extra_data"].get("problem"):

@@ -28,6 +28,9 @@ def add_parser(sub) -> None:
     p.add_argument("--db", help="nbgrader gradebook URL (default: sqlite:///COURSE/gradebook.db)")
     p.add_argument("--no-gradebook", action="store_true", help="leave nbgrader's gradebook alone")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--cold", action="store_true",
+                   help="every grading starts its own test process (default: a warm host per slot keeps torch, "
+                        "CUDA and the reference's worker up across gradings; grader/warm.py)")
     p.add_argument("--executor", default="local", choices=["local", "slurm", "submitit-local"],
                    help="local: gradings as subprocesses here (default); slurm: one task of a Slurm job array "
                         "per file (docs/cluster.md); submitit-local: the same tasks through submitit on this machine")
@@ -118,7 +121,7 @@ def make_executor(args, course: Course):
             return cluster.SubmititLocalBatch(course, device, timeout_s, jobs)
         except (ImportError, cluster.ClusterError) as exc:
             raise ValueError(str(exc)) from None
-    return LocalBatch(course, device, jobs, timeout_s)
+    return LocalBatch(course, device, jobs, timeout_s, warm=not args.cold)
 
 
 def _usage(message: str) -> int:

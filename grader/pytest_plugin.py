@@ -73,6 +73,9 @@ class Grading:
 
     def reference(self) -> Submission | None:
         if self._reference is None and self.assignment.reference.is_file():
+            if WARM is not None:
+                self._reference = WARM.reference(self)
+                return self._reference
             # A confinement (and so a uid) of its own: stopping one worker sweeps its uid clean.
             self._reference = Submission(self.assignment.reference, list(self.assignment.functions),
                                          self.device, self._confinement(), self.assignment.call_timeout_s,
@@ -92,12 +95,61 @@ class Grading:
 
     def close(self) -> None:
         if self._reference is not None:
-            self._reference.close()
+            if WARM is not None:
+                WARM.after(self._reference)
+            else:
+                self._reference.close()
+                self._reference.conf.release()
         if self._submission is not None:
             sub = self._submission
             self.write("worker.json", {"restarts": sub.restarts, "failures": sub.failures[-20:],
                                        "import_error": sub.unavailable})
             sub.close()
+        self.confinement.release()      # its workers are gone: a grading host may hand the uid on
+
+
+class Warm:
+    """What a grading host (grader/warm_host.py) keeps from one grading to the next: the
+    reference's worker, whose start, import and compiles are the same for every submission.
+    Nothing of a submission: its worker, uid and folders end with its grading."""
+
+    def __init__(self, roots: dict[str, Path]):
+        self.roots = roots          # the host's own folders: a grading's are removed when it ends
+        self._references: dict[tuple, Submission] = {}
+
+    def reference(self, grading: Grading) -> Submission:
+        a = grading.assignment
+        key = (str(a.reference), grading.device, grading.want_uid)
+        if key not in self._references:
+            conf = Confinement.prepare(grading.device, a.protected_paths(), want_uid=grading.want_uid)
+            if a.worker_memory_bytes:
+                conf.memory_limit = a.worker_memory_bytes
+            ref = Submission(a.reference, list(a.functions), grading.device, conf, a.call_timeout_s, **self.roots)
+            ref.start()
+            self._references[key] = ref
+        return self._references[key]
+
+    def after(self, reference: Submission) -> None:
+        """A grading is over: its tensors go, and a reference worker that crashed, timed out or
+        was restarted during it is replaced before the next, not trusted to be as it was."""
+        if "exchange" in reference.__dict__:
+            reference.exchange.release()
+        if reference.restarts or reference.unavailable or reference.failures:
+            self._drop(reference)
+
+    def _drop(self, reference: Submission) -> None:
+        for key, ref in list(self._references.items()):
+            if ref is reference:
+                del self._references[key]
+        reference.close()
+        reference.conf.release()
+
+    def close(self) -> None:
+        for ref in list(self._references.values()):
+            self._drop(ref)
+
+
+WARM: Warm | None = None        # set in a grading host only
 
 
 def _grading(config) -> Grading:

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from . import report as reports
+from . import warm
 from .assignment import REPO, Assignment
 from .machines import resolve_device
 from .sandbox.confine import become_subreaper, kill_tree
@@ -80,9 +81,10 @@ def process_age() -> float:
 
 def grade(assignment: Assignment, submission: Path, report_path: Path, device: str = "auto",
           seed: int | None = None, drop_privileges: bool = True, quiet: bool = False,
-          protect: list[Path] = (), started: float | None = None) -> dict:
+          protect: list[Path] = (), started: float | None = None, host: str | None = None) -> dict:
     """`started`: time.monotonic() when the grading began, if before this call (the CLI
-    passes its process's start, so that start-up counts the interpreter and the imports)."""
+    passes its process's start, so that start-up counts the interpreter and the imports).
+    `host`: a warm grading host's address (grader/warm.py) to run the suites' session in."""
     t0 = time.monotonic() if started is None else started
     become_subreaper()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -99,7 +101,7 @@ def grade(assignment: Assignment, submission: Path, report_path: Path, device: s
     sandbox: dict = {}
     if problem is None:
         results, sandbox, problem = _run_suites(assignment, submission, device, seed, drop_privileges,
-                                                instructor, quiet, env, protect)
+                                                instructor, quiet, env, protect, host)
     else:
         results = _collect_only(assignment, problem)
     phases["suites_s"] = time.monotonic() - t0 - phases["startup_s"]
@@ -139,9 +141,25 @@ def _raise_interrupted(signum, frame):
     raise Interrupted(signal.Signals(signum).name)
 
 
+def _session(cmd: list[str], quiet: bool, host: str | None) -> tuple[int, str, dict]:
+    """The suites' pytest session: in the warm host at `host` if it takes it, else in a fresh
+    process. (exit code, output tail, how it ran)."""
+    if host:
+        tail: list[str] = []
+        try:
+            got = warm.run_session(host, cmd[3:], quiet, SUITE_TIMEOUT_S, tail)
+        except Interrupted as exc:
+            return -2, "".join(tail) + f"interrupted by {exc}\n", {"warm": True}
+        if got is not None:
+            return got[0], "".join(tail), got[1]
+    code, tail_text = _pytest(cmd, quiet)
+    return code, tail_text, {"warm": False}
+
+
 def _pytest(cmd: list[str], quiet: bool) -> tuple[int, str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     env.pop("TRITON_INTERPRET", None)   # the trusted process runs no kernel
+    env.pop(warm.HOST_ENV, None)
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
     tail: list[str] = []
@@ -191,13 +209,14 @@ def _work_roots() -> dict[str, Path]:
     return roots
 
 
-def _run_suites(assignment, submission, device, seed, drop_privileges, instructor, quiet, env, protect=()):
+def _run_suites(assignment, submission, device, seed, drop_privileges, instructor, quiet, env, protect=(),
+                host=None):
     state = Path(tempfile.mkdtemp(prefix="grader-"))   # 0700: no worker reads or writes it
     roots = _work_roots()
     try:
         cmd = _pytest_cmd(assignment, submission.resolve(), device, seed, state, drop_privileges, False, protect,
                           roots)
-        code, tail = _pytest(cmd, quiet)
+        code, tail, how = _session(cmd, quiet, host)
         collected = _read_json(state / "collected.json", list)
         pytest_json = _read_json(state / "pytest.json", dict) or {}
         sandbox = _read_json(state / "sandbox.json", dict) or {}
@@ -206,7 +225,7 @@ def _run_suites(assignment, submission, device, seed, drop_privileges, instructo
     finally:
         for folder in (state, *roots.values()):
             shutil.rmtree(folder, ignore_errors=True)
-    instructor.update(pytest_exit=code, worker=worker)
+    instructor.update(pytest_exit=code, worker=worker, test_process=how)
     env.update({k: v for k, v in opened.items() if k in ("device_name", "cuda") and isinstance(v, str)})
     if collected is None:
         instructor["pytest_tail"] = tail[-6000:]

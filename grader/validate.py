@@ -42,6 +42,7 @@ from pathlib import Path
 from .assignment import REPO, Assignment
 from .report import SCHEMA
 from .sandbox.confine import become_subreaper, descendants, reap_children
+from .warm import HOST_ENV, WarmHost
 
 CORPUS = REPO / "tests" / "corpus"
 EPS = 1e-6
@@ -451,22 +452,30 @@ def processes_of(uid: int) -> set[int]:
     return found
 
 
-def stray_processes(uid: int | None, root: int | None = None) -> list[int]:
-    """Live processes of the workers' uid, and live descendants of root (default: us)."""
+def stray_processes(uid: int | None, root: int | None = None, keep: set[int] = frozenset()) -> list[int]:
+    """Live processes of the workers' uid, and live descendants of root (default: us), but
+    for `keep` (a warm host and its reference worker) unless they run as the workers' uid."""
     root = os.getpid() if root is None else root
-    found = set(descendants(root))
+    found = set(descendants(root)) - set(keep)
     if uid is not None:
         found |= processes_of(uid)
     found.discard(os.getpid())
     return sorted(p for p in found if _alive(p))
 
 
-def leftovers_after(uid: int | None) -> list[str]:
+def host_processes(host: WarmHost | None) -> set[int]:
+    """The warm host (grader/warm.py) that graded, and what it keeps between gradings."""
+    if host is None or host.proc is None:
+        return set()
+    return {host.proc.pid, *descendants(host.proc.pid)}
+
+
+def leftovers_after(uid: int | None, keep: set[int] = frozenset()) -> list[str]:
     """What a grading left running once its command returned, then killed so the next starts clean."""
     end = time.monotonic() + SETTLE_S
     while True:
         reap_children()
-        strays = stray_processes(uid)
+        strays = stray_processes(uid, keep=keep)
         if not strays or time.monotonic() > end:
             break
         time.sleep(0.1)
@@ -504,9 +513,10 @@ def files_left_by(uid: int | None) -> list[str]:
 
 # -- running -------------------------------------------------------------------------
 def grade_entry(entry: Entry, assignment: Assignment, device: str, report_path: Path,
-                log_path: Path, drop_privileges: bool = True, timeout: float | None = None
-                ) -> tuple[dict | None, str | None, float]:
-    """(report or None, why there is none or the command failed, wall seconds)."""
+                log_path: Path, drop_privileges: bool = True, timeout: float | None = None,
+                host_env: dict[str, str] | None = None) -> tuple[dict | None, str | None, float]:
+    """(report or None, why there is none or the command failed, wall seconds). `host_env`
+    names a warm grading host to run the suites in (grader/warm.py)."""
     timeout = timeout or 2 * assignment.time_budget_s + 900
     report_path.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "grader", "grade", "--assignment", str(assignment.folder),
@@ -514,6 +524,7 @@ def grade_entry(entry: Entry, assignment: Assignment, device: str, report_path: 
     if not drop_privileges:
         cmd.append("--no-privilege-drop")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env.update(host_env or {})
     t0 = time.monotonic()
     error = None
     with open(log_path, "wb") as log:
@@ -548,7 +559,19 @@ def summary_line(row: Row) -> str:
 
 
 def run(assignment: Assignment, entries: list[Entry], device: str, out: Path,
-        drop_privileges: bool = True, echo=print, reports_dir: Path | None = None) -> tuple[list[Row], float]:
+        drop_privileges: bool = True, echo=print, reports_dir: Path | None = None,
+        warm: bool = True) -> tuple[list[Row], float]:
+    """Grade the entries one after another: in one warm host (grader/warm.py) unless `warm` is
+    false or this process already runs in a slot that has one (a --jobs run's entry)."""
+    host = WarmHost(assignment.folder, device, {}) if warm and HOST_ENV not in os.environ else None
+    try:
+        return _run(assignment, entries, device, out, drop_privileges, echo, reports_dir, host)
+    finally:
+        if host is not None:
+            host.close()
+
+
+def _run(assignment, entries, device, out, drop_privileges, echo, reports_dir, host) -> tuple[list[Row], float]:
     become_subreaper()
     cols = columns(assignment, device)
     reports_dir = reports_dir or reports_dir_of(out)
@@ -564,9 +587,10 @@ def run(assignment: Assignment, entries: list[Entry], device: str, out: Path,
             echo(f"{prefix}: {summary_line(row)}")
             continue
         report_path, log_path = reports_dir / f"{entry.stem}.json", reports_dir / f"{entry.stem}.log"
-        report, error, wall = grade_entry(entry, assignment, device, report_path, log_path, drop_privileges)
+        report, error, wall = grade_entry(entry, assignment, device, report_path, log_path, drop_privileges,
+                                          host_env=host.env() if host else None)
         uid = ((report or {}).get("extra_data", {}).get("sandbox") or {}).get("uid")
-        strays = leftovers_after(uid if isinstance(uid, int) else None)
+        strays = leftovers_after(uid if isinstance(uid, int) else None, keep=host_processes(host))
         strays += files_left_by(uid if isinstance(uid, int) else None)
         row = judge(entry, report, cols, grade_error=error, device=device, leftovers=strays,
                     schema_problems=schema_problems(report) if report is not None else [],
@@ -595,14 +619,16 @@ def longest_first(entries: list[Entry], reports_dir: Path) -> list[Entry]:
 
 
 def run_parallel(assignment: Assignment, entries: list[Entry], device: str, out: Path, jobs: int,
-                 drop_privileges: bool = True, echo=print) -> tuple[list[Row], float]:
-    """`run`, with each entry validated by its own `validate --only` process, `jobs` at once."""
+                 drop_privileges: bool = True, echo=print, warm: bool = True) -> tuple[list[Row], float]:
+    """`run`, with each entry validated by its own `validate --only` process, `jobs` at once,
+    in slots that each keep a warm host unless `warm` is false."""
     from concurrent.futures import ThreadPoolExecutor
 
     from .machines import SlotPool
     reports_dir = reports_dir_of(out)
     reports_dir.mkdir(parents=True, exist_ok=True)
-    slot_pool = SlotPool(device, jobs, assignment.grading_gpu_bytes)
+    hosts = (lambda env: WarmHost(assignment.folder, device, env)) if warm else None
+    slot_pool = SlotPool(device, jobs, assignment.grading_gpu_bytes, hosts=hosts)
     if slot_pool.note:
         echo(slot_pool.note)
     done = []
@@ -615,6 +641,7 @@ def run_parallel(assignment: Assignment, entries: list[Entry], device: str, out:
         cmd = [sys.executable, "-m", "grader", "validate", "--assignment", str(assignment.folder),
                "--device", device, "--only", entry.label, "--out", str(row_path),
                "--reports-dir", str(reports_dir)] + ([] if drop_privileges else ["--no-privilege-drop"])
+        cmd += [] if warm else ["--cold"]
         with open(log_path, "wb") as log:
             subprocess.run(cmd, cwd=REPO, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
                            stdout=log, stderr=subprocess.STDOUT)
@@ -627,8 +654,11 @@ def run_parallel(assignment: Assignment, entries: list[Entry], device: str, out:
         echo(f"[{len(done)}/{len(entries)}] {entry.label}: {summary_line(row)}")
         return row
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        rows = list(pool.map(lambda entry: slot_pool.run(one, entry), entries))
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            rows = list(pool.map(lambda entry: slot_pool.run(one, entry), entries))
+    finally:
+        slot_pool.close()
     order = {entry.label: i for i, entry in enumerate(original)}
     return sorted(rows, key=lambda row: order[row.entry.label]), time.monotonic() - t0
 
@@ -676,10 +706,10 @@ def _validate(args, mutants: Path) -> int:
     if jobs == 1:
         print(f"validating {len(entries)} submissions of {assignment.id} on {device}, one at a time")
         rows, total = run(assignment, entries, device, out, drop_privileges=drop,
-                          reports_dir=Path(args.reports_dir) if args.reports_dir else None)
+                          reports_dir=Path(args.reports_dir) if args.reports_dir else None, warm=not args.cold)
     else:
         print(f"validating {len(entries)} submissions of {assignment.id} on {device}, {jobs} at once")
-        rows, total = run_parallel(assignment, entries, device, out, jobs, drop_privileges=drop)
+        rows, total = run_parallel(assignment, entries, device, out, jobs, drop_privileges=drop, warm=not args.cold)
     if not args.reports_dir:          # not one entry of a --jobs run: the parent compares
         compare_twins(rows)
     print()

@@ -146,6 +146,7 @@ class Confinement:
     gpu_memory: str | None = None     # how GPU tensors reach the worker: "vmm" or "ipc" (same uid only)
     namespaces: bool = False          # no network, private IPC and /tmp (isolate.py)
     namespaces_why: str = ""
+    uid_lock: int | None = field(default=None, repr=False)   # held while the uid is ours
 
     @property
     def private_shm(self) -> bool:
@@ -173,7 +174,7 @@ class Confinement:
                            "refuses to map memory into a process of another user")
         else:
             try:
-                uid = _free_uid()
+                uid, conf.uid_lock = _free_uid()
                 ok, why = _uid_can_run(uid, python, device)
             except RuntimeError as exc:
                 uid, ok, why = None, False, str(exc)
@@ -186,6 +187,7 @@ class Confinement:
                         conf.protected.append(str(path))
             else:
                 conf.reason = f"a worker under uid {uid} cannot work here: {why}. Workers run as root"
+                conf.release()
         return conf
 
     def preexec(self, keep: list[str] = ()) -> None:
@@ -205,6 +207,14 @@ class Confinement:
             os.setgroups([])
             os.setgid(self.uid)
             os.setuid(self.uid)
+
+    def release(self) -> None:
+        """Give the uid back for other gradings to use, once none of its processes is left
+        (Worker.stop kills them all). A grading process holds its uids until it exits; a
+        grading host, which outlives many gradings, gives each back when its grading ends."""
+        if self.uid_lock is not None:
+            os.close(self.uid_lock)
+            self.uid_lock = None
 
     def own(self, path: Path) -> None:
         if self.uid is not None:
@@ -255,7 +265,6 @@ def python_paths() -> tuple[str, ...]:
     return tuple(sorted(p for p in paths if os.path.isdir(p)))
 
 
-_UID_LOCKS: list[int] = []     # open lock files: held for this process's lifetime
 
 
 def _private_dir() -> Path:
@@ -268,9 +277,9 @@ def _private_dir() -> Path:
     return folder
 
 
-def _free_uid() -> int:
-    """A uid no process or account uses, locked so that gradings running side by side
-    never share one (each kills every process of its uid when it cleans up)."""
+def _free_uid() -> tuple[int, int]:
+    """(uid, its lock's fd): a uid no process or account uses, locked so that gradings running
+    side by side never share one (each kills every process of its uid when it cleans up)."""
     used = {u for _, u in _proc_table().values()} | {p.pw_uid for p in pwd.getpwall()}
     locks = _private_dir()
     candidates = [u for u in UID_RANGE if u not in used]
@@ -282,8 +291,7 @@ def _free_uid() -> int:
         except BlockingIOError:
             os.close(fd)
             continue
-        _UID_LOCKS.append(fd)
-        return uid
+        return uid, fd
     raise RuntimeError("no free uid left for a sandbox worker")
 
 

@@ -1,0 +1,170 @@
+"""Warm grading: a host per grading slot that keeps a test process up across the gradings
+of a class, so that torch, CUDA and the reference's worker start once per slot instead of
+once per submission.
+
+Only the hidden suites' pytest session moves: `python -m grader grade` still checks the
+file, scores what comes back and writes the report (grader/run.py), and hands the session
+to the host named in its environment (HOST_ENV) instead of starting a pytest process. Every
+submission still gets a fresh sandboxed worker; what the host keeps between gradings is its
+own imports and the trusted reference's worker (grader/warm_host.py). A grading that finds
+no host, or a host that will not take it, runs its session cold, as `grade` alone does.
+
+Messages are JSON lines on a Unix socket in a folder only the grader's user can open:
+the grading sends {"argv": [...]}, the host answers {"accepted": n} or {"refused": why},
+then {"out": text} as pytest writes, then {"exit": code}. A grading that goes away mid-run
+(killed, timed out, interrupted) closes the socket, and the host then ends itself and its
+workers: nothing of an unfinished session is left for the next grading to meet.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HOST_ENV = "GRADER_WARM_HOST"
+START_S = 60            # a host binds its socket before importing anything heavy; this long at most
+
+
+class WarmHost:
+    """One slot's host, started on first use and again whenever it has ended."""
+
+    def __init__(self, assignment_folder: Path, device: str, slot_env: dict[str, str]):
+        self.assignment_folder = Path(assignment_folder).resolve()
+        self.device = device
+        self.slot_env = dict(slot_env)
+        self.proc: subprocess.Popen | None = None
+        self.folder: Path | None = None      # ours alone (0700): the socket and the host's log
+        self.work: Path | None = None        # the reference worker's folders (0711, as run.py's)
+        self.exchange: Path | None = None
+        self.starts = 0
+
+    @property
+    def socket_path(self) -> Path:
+        return self.folder / "host.sock"
+
+    def env(self) -> dict[str, str]:
+        """The environment entry that sends a grading's session to this host."""
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        return {HOST_ENV: str(self.socket_path)}
+
+    def _start(self) -> None:
+        from .assignment import REPO
+        self.close()
+        self.folder = Path(tempfile.mkdtemp(prefix="grader-host-"))
+        from .sandbox.proxy import shared_tensor_root
+        self.work = Path(tempfile.mkdtemp(prefix="grader-host-work-"))
+        shm = shared_tensor_root()
+        self.exchange = Path(tempfile.mkdtemp(prefix="grader-host-work-", dir=shm)) if shm else self.work
+        for folder in (self.work, self.exchange):
+            folder.chmod(0o711)
+        env = {**os.environ, **self.slot_env,
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        env.pop("TRITON_INTERPRET", None)       # the test process runs no kernel
+        env.pop(HOST_ENV, None)
+        cmd = [sys.executable, "-m", "grader.warm_host", "--socket", str(self.socket_path),
+               "--assignment", str(self.assignment_folder), "--device", self.device,
+               "--scratch", str(self.work), "--exchange", str(self.exchange)]
+        with open(self.folder / "host.log", "ab") as log:
+            self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        self.starts += 1
+        deadline = time.monotonic() + START_S
+        while not self.socket_path.exists() and self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def log_tail(self, limit: int = 4000) -> str:
+        try:
+            return (self.folder / "host.log").read_text(errors="replace")[-limit:]
+        except (OSError, TypeError):
+            return ""
+
+    def close(self) -> None:
+        """End the host (it ends its workers: SIGTERM first, then the group is killed)."""
+        if self.proc is not None and self.proc.poll() is None:
+            _signal_group(self.proc, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                _signal_group(self.proc, signal.SIGKILL)
+                self.proc.wait()
+        self.proc = None
+        for folder in (self.folder, self.work, self.exchange):
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+        self.folder = self.work = self.exchange = None
+
+
+def _signal_group(proc: subprocess.Popen, signum: int) -> None:
+    try:
+        os.killpg(proc.pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def run_session(address: str, argv: list[str], quiet: bool, timeout_s: float,
+                tail: list[str]) -> tuple[int, dict] | None:
+    """Run one pytest session in the host at `address`: (exit code, what the host says of
+    itself), or None when it did not take the session (the caller runs it cold). The output's
+    last lines go into `tail`, which holds them even when an exception (a signal) ends the wait."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(address)
+        sock.sendall((json.dumps({"argv": argv}) + "\n").encode())
+        lines = sock.makefile("r", encoding="utf-8", errors="replace")
+        first = _message(lines.readline())
+    except OSError:
+        first = {}
+    if "accepted" not in first:
+        sock.close()
+        return None
+    host = {"warm": True, "session": first["accepted"], "host_pid": first.get("pid")}
+    code = None
+    # A silent hang never yields a line, so the limit is a timer; shutting the socket down
+    # ends the read here and the session in the host.
+    watchdog = threading.Timer(timeout_s, _shut, args=(sock,))
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        for line in lines:
+            msg = _message(line)
+            if "exit" in msg:
+                code = msg["exit"]
+                break
+            text = str(msg.get("out", ""))
+            tail.append(text)
+            del tail[:-200]
+            if not quiet:
+                sys.stdout.write(text)
+                sys.stdout.flush()
+        if not isinstance(code, int):
+            tail.append(f"stopped after {timeout_s:g} s\n" if not watchdog.is_alive()
+                        else "the grading host ended during the run\n")
+            code = -9
+    finally:
+        watchdog.cancel()
+        sock.close()
+    return code, host
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def _message(line: str) -> dict:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        return {}
+    return msg if isinstance(msg, dict) else {}

@@ -1,0 +1,217 @@
+"""A grading slot's host (see grader/warm.py): one process that imports torch and pytest and
+opens the GPU once, then runs one grading's pytest session after another, each exactly as
+the cold `python -m pytest` of grader/run.py would, with the same arguments.
+
+Between sessions it keeps only what is the same for every submission: its imports, its CUDA
+context and the reference's sandboxed worker (pytest_plugin.Warm). A submission's worker,
+its uid, its folders and every process it left are gone before the next session starts, and
+the host ends itself rather than go on after anything it cannot vouch for: a grading that
+went away mid-session, a GPU that no longer answers, or MAX_SESSIONS served.
+
+    python -m grader.warm_host --socket PATH --assignment DIR --device cpu|cuda --scratch DIR --exchange DIR
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import io
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+MAX_SESSIONS = 200      # bounds whatever a long life might gather (Python's and CUDA's caches)
+IDLE_S = 900            # no grading for this long: the batch that wanted us is gone
+
+
+class _Stream(io.TextIOBase):
+    """pytest's terminal, sent to the grading as {"out": text} lines."""
+
+    def __init__(self, conn: socket.socket):
+        self.conn = conn
+
+    def write(self, text: str) -> int:
+        try:
+            self.conn.sendall((json.dumps({"out": text}) + "\n").encode())
+        except OSError:
+            pass        # the grading is gone; the watcher ends this process
+        return len(text)
+
+    def isatty(self) -> bool:
+        return False
+
+    @property
+    def encoding(self) -> str:
+        return "utf-8"
+
+
+def _send(conn: socket.socket, message: dict) -> None:
+    try:
+        conn.sendall((json.dumps(message) + "\n").encode())
+    except OSError:
+        pass
+
+
+class Host:
+    def __init__(self, args):
+        self.assignment = str(Path(args.assignment).resolve())
+        self.device = args.device
+        self.sessions = 0
+        self.roots: dict[str, Path] = {}
+
+    def start(self, roots: dict[str, Path]) -> None:
+        from .sandbox.confine import become_subreaper
+        become_subreaper()      # what a worker leaves behind is re-parented here, and swept
+        import pytest  # noqa: F401
+        import torch
+
+        from . import pytest_plugin
+        if self.device == "cuda":
+            torch.empty(1, device="cuda")
+        self.roots = roots
+        pytest_plugin.WARM = pytest_plugin.Warm(roots)
+
+    def refusal(self, argv: list) -> str | None:
+        """Why this host will not run a session with these arguments, or None."""
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+            return "not a list of arguments"
+        opts = dict(zip(argv, argv[1:]))
+        if opts.get("--grader-assignment") and str(Path(opts["--grader-assignment"]).resolve()) != self.assignment:
+            return f"this host grades {self.assignment} only"
+        if opts.get("--grader-device") != self.device:
+            return f"this host grades on {self.device} only"
+        if "--collect-only" in argv:
+            return "collection runs cold"
+        return None
+
+    def serve(self, conn: socket.socket) -> None:
+        try:
+            request = json.loads(conn.makefile("r").readline() or "{}")
+        except ValueError:
+            request = {}
+        argv = request.get("argv") if isinstance(request, dict) else None
+        why = self.refusal(argv)
+        if why:
+            _send(conn, {"refused": why})
+            return
+        self.sessions += 1
+        _send(conn, {"accepted": self.sessions, "pid": os.getpid()})
+        done = threading.Event()
+        threading.Thread(target=_watch, args=(conn, done), daemon=True).start()
+        code = self._session(argv, _Stream(conn))
+        self._tidy()
+        done.set()
+        _send(conn, {"exit": code})
+
+    def _session(self, argv: list[str], out: _Stream) -> int:
+        import pytest
+        saved = sys.stdout, sys.stderr
+        sys.stdout = sys.stderr = out
+        try:
+            return int(pytest.main(argv))
+        except BaseException as exc:        # the session's own failure: the grading reports it
+            out.write(f"the grading host's session failed: {type(exc).__name__}: {exc}\n")
+            return 3
+        finally:
+            sys.stdout, sys.stderr = saved
+
+    def _tidy(self) -> None:
+        """What a session leaves is gone before the next: orphans of its workers (the plugin
+        has stopped the workers and given back their uids), its tensors, its garbage."""
+        from .sandbox.proxy import sweep_orphans
+        sweep_orphans()
+        gc.collect()
+        if self.device == "cuda":
+            import torch
+            torch.cuda.empty_cache()
+
+    def healthy(self) -> bool:
+        if self.sessions >= MAX_SESSIONS:
+            return False
+        if self.device != "cuda":
+            return True
+        import torch
+        try:
+            x = torch.ones(1024, device="cuda")
+            return float(x.sum()) == 1024.0
+        except Exception:       # a sticky CUDA error: this context serves no more gradings
+            return False
+
+    def close(self) -> None:
+        import shutil
+
+        from . import pytest_plugin
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        from .sandbox.confine import kill_tree
+        if pytest_plugin.WARM is not None:
+            pytest_plugin.WARM.close()
+        kill_tree(os.getpid())
+        for folder in self.roots.values():      # their contents: the folders are the batch's
+            for entry in folder.iterdir() if folder.is_dir() else ():
+                shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+
+
+def _watch(conn: socket.socket, done: threading.Event) -> None:
+    """The grading sends nothing after its request: end of stream before the session is
+    done means it went away (killed, timed out, interrupted), and so does this host, with
+    its workers, rather than finish a session nobody reads."""
+    try:
+        while conn.recv(4096):
+            pass
+    except OSError:
+        pass
+    if not done.is_set():
+        from .sandbox.confine import kill_tree
+        kill_tree(os.getpid())
+        os._exit(70)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m grader.warm_host")
+    p.add_argument("--socket", required=True)
+    p.add_argument("--assignment", required=True)
+    p.add_argument("--device", choices=["cpu", "cuda"], required=True)
+    p.add_argument("--scratch", required=True, help="a folder (0711) for the reference worker's files")
+    p.add_argument("--exchange", required=True, help="a folder (0711) for the reference's shared tensors")
+    args = p.parse_args(argv)
+    parent = os.getppid()
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        server.bind(args.socket)        # first, so a grading can connect while we import
+    finally:
+        os.umask(old)
+    server.listen(1)
+    server.settimeout(1.0)
+    host = Host(args)
+
+    def stop(signum, frame):          # the batch is done with us, or stopping: mid-session too
+        host.close()
+        os._exit(0)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C reaches the batch, which stops us
+    try:
+        host.start({"scratch_root": Path(args.scratch), "exchange_root": Path(args.exchange)})
+        last = time.monotonic()
+        while os.getppid() == parent and time.monotonic() - last < IDLE_S:
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            conn.settimeout(None)
+            with conn:
+                host.serve(conn)
+            last = time.monotonic()
+            if not host.healthy():
+                break
+    finally:
+        host.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
