@@ -191,6 +191,9 @@ def test_sigterm_stops_the_batch_keeping_no_partial_report(tmp_path):
     assert proc.returncode == 130 and "run it again to resume" in err
     assert not list((tmp_path / "autograded").rglob("*.json*"))
     assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and str(tmp_path) in _cmdline(pid)]
+    toy_host = f"grader.warm_host\0--socket"
+    assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and toy_host in _cmdline(pid)
+                and str(toy_class.TOY.folder) in _cmdline(pid)], "the slot's warm host outlived the batch"
 
 
 def _cmdline(pid: str) -> str:
@@ -239,9 +242,12 @@ def test_a_grading_stopped_by_a_signal_from_elsewhere_keeps_no_report(tmp_path):
     deadline = time.monotonic() + 60
     graders = []
     while not graders and time.monotonic() < deadline:      # pytest has started under the grader
+        # pytest has started the submission's worker, in the grader's own test process or in
+        # its slot's warm host (grader/warm.py)
         graders = [int(pid) for pid in os.listdir("/proc") if pid.isdigit()
-                   and "grader\0grade\0" in _cmdline(pid) and str(tmp_path) in _cmdline(pid)
-                   and children_of(int(pid))]
+                   and "grader\0grade\0" in _cmdline(pid) and str(tmp_path) in _cmdline(pid)]
+        graders = graders if any("worker.py" in _cmdline(p) and "toy.py" in _cmdline(p)
+                                 for p in os.listdir("/proc") if p.isdigit()) else []
         time.sleep(0.1)
     assert graders, "the grading did not start"
     time.sleep(1)

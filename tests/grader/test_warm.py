@@ -1,0 +1,133 @@
+"""Warm grading hosts (grader/warm.py): a grading in a host that has already graded others,
+hostile ones included, gets the report a cold grading gets; a grading that goes away takes
+its host's session down with it; a host takes only the sessions it was made for."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grader.assignment import REPO, Assignment
+from grader.machines import resolve_device
+from grader.sandbox.confine import descendants
+from grader.validate import processes_of
+from grader.warm import HOST_ENV, WarmHost
+from toy_class import SUBMISSIONS, TOY
+
+L1 = Assignment.load(REPO / "assignment/l1_paged_kv_write")
+CORPUS = REPO / "tests/corpus"
+SEED = 20261201
+
+
+def _grade(assignment: Assignment, submission: Path, report: Path, device: str, host: WarmHost | None,
+           wait: bool = True):
+    cmd = [sys.executable, "-m", "grader", "grade", "--assignment", str(assignment.folder),
+           "--submission", str(submission), "--report", str(report), "--device", device,
+           "--seed", str(SEED), "--quiet"]
+    env = dict(os.environ)
+    env.pop(HOST_ENV, None)
+    env.update(host.env() if host else {})
+    if not wait:
+        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(report.read_text())
+
+
+def _verdicts(report: dict, assignment: Assignment) -> list[tuple]:
+    """What a grading decided, test by test: scores outside areas scored on a measured curve,
+    whose figures differ between any two runs; outcome and hint everywhere."""
+    curved = {name for name, area in assignment.areas.items() if area.curve}
+    return [(t["name"], t.get("status"), t["extra_data"].get("outcome"), t["output"],
+             None if set(t["tags"]) & curved else t["score"]) for t in report["tests"]]
+
+
+def _how(report: dict) -> dict:
+    return report["extra_data"]["instructor"]["test_process"]
+
+
+@pytest.fixture
+def l1_host():
+    device = resolve_device("auto")
+    host = WarmHost(L1.folder, device, {})
+    yield host, device
+    host.close()
+
+
+def test_hostile_gradings_leave_nothing_for_the_next_in_the_same_host(tmp_path, l1_host):
+    """The reference graded in a host right after a daemon forger and a parent killer gets the
+    verdicts a cold grading of the reference gets with the same seed, and nothing of theirs
+    (a process of their uid) outlives their grading."""
+    host, device = l1_host
+    cold = _grade(L1, L1.reference, tmp_path / "cold.json", device, None)
+    assert _how(cold) == {"warm": False}
+    for name in ("detached_rewriter", "kill_parent"):
+        hostile = _grade(L1, CORPUS / "adversarial" / f"{name}.py", tmp_path / f"{name}.json", device, host)
+        assert hostile["score"] == 0, name
+        uid = hostile["extra_data"]["sandbox"]["uid"]
+        if uid is not None:
+            assert not processes_of(uid), f"{name} left processes of its uid behind"
+    warm = _grade(L1, L1.reference, tmp_path / "warm.json", device, host)
+    assert _how(warm)["warm"] is True and _how(warm)["session"] >= 2
+    assert warm["score"] == cold["score"] == warm["max_score"]
+    assert _verdicts(warm, L1) == _verdicts(cold, L1)
+
+
+def test_a_host_keeps_only_its_reference_between_gradings(tmp_path):
+    """Between two gradings the host's processes are itself and the reference's worker: the
+    submission's worker, and what it forked off, are gone."""
+    host = WarmHost(TOY.folder, "cpu", {})
+    try:
+        first = _grade(TOY, SUBMISSIONS / "daemon_and_memory.py", tmp_path / "a.json", "cpu", host)
+        left = descendants(host.proc.pid)
+        uid = first["extra_data"]["sandbox"]["uid"]
+        assert uid is None or not processes_of(uid)
+        assert len(left) <= 1, f"the host kept {len(left)} processes between gradings"
+        second = _grade(TOY, SUBMISSIONS / "good.py", tmp_path / "b.json", "cpu", host)
+        cold = _grade(TOY, SUBMISSIONS / "good.py", tmp_path / "c.json", "cpu", None)
+        assert _how(second) == {"warm": True, "session": 2, "host_pid": host.proc.pid}
+        assert _verdicts(second, TOY) == _verdicts(cold, TOY)
+    finally:
+        host.close()
+
+
+def test_a_grading_that_goes_away_takes_the_host_down_with_its_workers(tmp_path):
+    """A grading killed mid-session (its batch timed it out) must not leave its session
+    running in the host for the next grading to meet: the host ends, workers and all, and
+    the next grading gets a fresh one."""
+    host = WarmHost(TOY.folder, "cpu", {})
+    try:
+        proc = _grade(TOY, SUBMISSIONS / "hangs_on_thirteen.py", tmp_path / "h.json", "cpu", host, wait=False)
+        first_host = host.proc.pid
+        deadline = time.monotonic() + 60
+        while not descendants(first_host) and time.monotonic() < deadline:
+            time.sleep(0.1)          # the session's submission worker is up
+        assert descendants(first_host)
+        time.sleep(2)
+        os.killpg(proc.pid, signal.SIGTERM)      # as grade-all stops a grading past its time
+        proc.wait(timeout=60)
+        host.proc.wait(timeout=30)
+        assert host.proc.returncode != 0
+        report = _grade(TOY, SUBMISSIONS / "good.py", tmp_path / "g.json", "cpu", host)
+        assert host.proc.pid != first_host and _how(report)["session"] == 1
+        assert report["score"] == report["max_score"]
+    finally:
+        host.close()
+
+
+def test_a_host_takes_only_sessions_of_its_assignment_and_device(tmp_path):
+    """A grading of another assignment sent to a host runs cold, and right."""
+    host = WarmHost(L1.folder, "cpu", {})
+    try:
+        report = _grade(TOY, SUBMISSIONS / "good.py", tmp_path / "t.json", "cpu", host)
+        assert _how(report) == {"warm": False}
+        assert report["score"] == report["max_score"]
+    finally:
+        host.close()
