@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m grader", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
     g = sub.add_parser("grade", help="grade one submission and write its report")
-    g.add_argument("--assignment", default="assignment/l1_paged_kv_write", help="assignment folder")
+    g.add_argument("--assignment", help="assignment folder (default: the only one under assignment/)")
     g.add_argument("--submission", help="the submitted .py file (default: the reference)")
     g.add_argument("--report", default="build/report.json", help="where to write results.json")
     g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="a further path closed to the submission's worker (grade-all passes the course folder)")
     v = sub.add_parser("validate", help="grade the reference and the wrong/adversarial corpus, "
                                         "print the kill matrix")
-    v.add_argument("--assignment", default="assignment/l1_paged_kv_write", help="assignment folder")
+    v.add_argument("--assignment", help="assignment folder (default: the only one under assignment/)")
     v.add_argument("--out", default="build/validate.json", help="where to write the matrix as JSON")
     v.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     pick = v.add_mutually_exclusive_group()
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         return validate(args)
 
     try:
-        assignment = Assignment.load(args.assignment)
+        assignment = Assignment.find(args.assignment)
     except AssignmentError as exc:
         return _fail(str(exc))
     submission = Path(args.submission) if args.submission else assignment.reference

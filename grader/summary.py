@@ -263,14 +263,14 @@ def add_parser(sub) -> None:
     p = sub.add_parser("summary", help="one HTML page on how the class did (COURSE/summary/index.html)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--course", required=True, help="course folder graded by grade-all")
-    p.add_argument("--assignment", default="assignment/l1_paged_kv_write", help="assignment folder")
+    p.add_argument("--assignment", help="assignment folder (default: the only one under assignment/)")
     p.add_argument("--out", help="folder for the page and its images (default: COURSE/summary)")
     p.set_defaults(run=main)
 
 
 def main(args) -> int:
     try:
-        assignment = Assignment.load(args.assignment)
+        assignment = Assignment.find(args.assignment)
     except AssignmentError as exc:
         print(f"grader: {exc}", file=sys.stderr)
         return 2
