@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
                    protect=[Path(p) for p in args.protect], started=time.monotonic() - process_age())
     print()
     print(reports.terminal_table(report))
-    if report["extra_data"].get("problem"):
-        print(f"note: {report['extra_data']['problem']}")
+    if reports.problem(report):
+        print(f"note: {reports.problem(report)}")
     print(f"report written to {report_path}")
     return 0

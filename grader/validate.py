@@ -32,7 +32,8 @@ from pathlib import Path
 
 from .assignment import REPO, Assignment
 from .corpus import EPS, CorpusError, Entry, expectations, load_corpus, select, skip_reason
-from .report import SCHEMA
+from . import report as results
+from .files import atomic_write
 from .sandbox.confine import become_subreaper, descendants, reap_children
 
 # How far a cheat may score above its honest twin (`no_more_than`) before validate calls the cheat
@@ -90,7 +91,7 @@ def columns(assignment: Assignment, device: str) -> list[str]:
 
 def area_passed(report: dict, cols: list[str]) -> dict[str, bool]:
     """True where the area earned all its points (a gated area did not)."""
-    areas = report.get("extra_data", {}).get("areas", {})
+    areas = results.areas(report)
     out = {}
     for name in cols:
         a = areas.get(name) or {}
@@ -103,8 +104,8 @@ def area_passed(report: dict, cols: list[str]) -> dict[str, bool]:
 
 def allowed_score(entry: Entry, report: dict | None) -> float | None:
     """The most an adversarial entry may score under the isolation the report says was in force."""
-    sandbox = (report or {}).get("extra_data", {}).get("sandbox") or {}
-    return entry.deserves if sandbox.get("privilege_drop") is True else entry.deserves_without_drop
+    drop = results.sandbox(report).get("privilege_drop") if report is not None else None
+    return entry.deserves if drop is True else entry.deserves_without_drop
 
 
 def cell(expected: str | None, passed: bool) -> str:
@@ -122,7 +123,7 @@ def overlong_tests(report: dict, call_timeout_s: float) -> list[float]:
     timeout (the worker is killed and the test fails), so only a call that kept the grader
     waiting beyond its timeout can take this long."""
     limit = 2 * call_timeout_s + 30
-    durations = [(t.get("extra_data") or {}).get("duration_s", 0) for t in report.get("tests", [])]
+    durations = [results.test_detail(t).get("duration_s", 0) for t in report.get("tests", [])]
     return sorted(d for d in durations if isinstance(d, (int, float)) and d > limit)
 
 
@@ -144,12 +145,12 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
         if not grade_error:
             row.problems.append("no report")
         return row
-    extra = report.get("extra_data", {})
-    row.privilege_drop = (extra.get("sandbox") or {}).get("privilege_drop")
+    areas = results.areas(report)
+    row.privilege_drop = results.sandbox(report).get("privilege_drop")
     row.score, row.max_score = report.get("score"), report.get("max_score")
-    if device and (extra.get("environment") or {}).get("device") != device:
-        row.problems.append(f"graded on {(extra.get('environment') or {}).get('device')}, not {device}")
-    missing = [a for a in cols if a not in extra.get("areas", {})]
+    if device and results.device(report) != device:
+        row.problems.append(f"graded on {results.device(report)}, not {device}")
+    missing = [a for a in cols if a not in areas]
     if missing:
         row.problems.append(f"report lacks areas {missing}")
     row.allowed = allowed_score(entry, report) if entry.kind == "adversarial" else None
@@ -163,7 +164,6 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
         row.problems += [f"passes {a}, which it must fail" for a in cols if row.cells[a] == "MISS"]
         row.problems += [f"fails {a}, which it must pass" for a in cols if row.cells[a] == "EXTRA"]
     elif entry.kind == "right":
-        areas = extra.get("areas", {})
         for a in cols:
             if row.cells[a] == "EXTRA":
                 row.problems.append(f"a correct solution lost points in {a}: {_lost(areas.get(a) or {})}")
@@ -181,8 +181,8 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
         if slow:
             row.problems.append(f"{len(slow)} test(s) ran past the {call_timeout_s:g} s call timeout "
                                 f"(longest {slow[-1]:.0f} s): a timeout did not hold")
-    if extra.get("problem"):
-        row.notes.append(str(extra["problem"])[:200])
+    if results.problem(report):
+        row.notes.append(str(results.problem(report))[:200])
     return row
 
 
@@ -244,7 +244,7 @@ def schema_problems(report: dict) -> list[str]:
         import jsonschema
     except ImportError:
         return ["jsonschema is not installed, so reports cannot be checked"]
-    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text()))
+    validator = jsonschema.Draft202012Validator(json.loads(results.SCHEMA.read_text()))
     return [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message[:200]}"
             for e in validator.iter_errors(report)][:10]
 
@@ -366,10 +366,12 @@ def grade_entry(entry: Entry, assignment: Assignment, device: str, report_path: 
     if code not in (0, None):
         error = f"the grader exited with status {code} (log: {_rel(log_path)})"
     try:
-        report = json.loads(report_path.read_text())
-    except (OSError, ValueError) as exc:
-        return None, error or f"no readable report ({exc.__class__.__name__})", wall
-    return (report if isinstance(report, dict) else None), error, wall
+        report = results.read(report_path)
+    except (OSError, results.ReportError) as exc:
+        return None, error or f"no readable report ({exc})", wall
+    if report is None:
+        return None, error or "no readable report (FileNotFoundError)", wall
+    return report, error, wall
 
 
 def summary_line(row: Row) -> str:
@@ -397,7 +399,7 @@ def run(assignment: Assignment, entries: list[Entry], device: str, out: Path,
             continue
         report_path, log_path = reports_dir / f"{entry.stem}.json", reports_dir / f"{entry.stem}.log"
         report, error, wall = grade_entry(entry, assignment, device, report_path, log_path, drop_privileges)
-        uid = ((report or {}).get("extra_data", {}).get("sandbox") or {}).get("uid")
+        uid = results.sandbox(report).get("uid") if report is not None else None
         strays = leftovers_after(uid if isinstance(uid, int) else None)
         strays += files_left_by(uid if isinstance(uid, int) else None)
         row = judge(entry, report, cols, grade_error=error, device=device, leftovers=strays,
@@ -470,10 +472,7 @@ def write_json(path: Path, assignment: Assignment, device: str, rows: list[Row],
     data = {"assignment": assignment.id, "device": device, "columns": cols,
             "ok": not any(r.problems for r in rows), "total_wall_s": round(total_s, 1),
             "rows": [r.to_json() for r in rows]}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(data, indent=1) + "\n")
 
 
 def main(args) -> int:

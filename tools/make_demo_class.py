@@ -26,7 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grader.assignment import REPO, Assignment  # noqa: E402
+from grader import report as results  # noqa: E402
+from grader.assignment import Assignment  # noqa: E402
 from grader.course import Course  # noqa: E402
 from grader.corpus import EPS, load_corpus  # noqa: E402
 from grader.validate import area_passed, columns  # noqa: E402
@@ -89,7 +90,7 @@ def check(course: Course, expected: dict[str, dict]) -> list[str]:
         if row.status != "graded" or report is None:
             problems.append(f"{student}: status {row.status} ({row.note.splitlines()[0] if row.note else ''})")
             continue
-        device = report["extra_data"]["environment"].get("device", "cpu")
+        device = results.device(report) or "cpu"
         cols = columns(course.assignment, device)
         passed = area_passed(report, cols)
         if what["kind"] == "reference" and report["score"] < report["max_score"] - EPS:
@@ -101,7 +102,7 @@ def check(course: Course, expected: dict[str, dict]) -> list[str]:
             if misses or extras:
                 problems.append(f"{student}: passes {misses} it must fail, fails {extras} it must pass")
         elif what["kind"] == "adversarial":
-            drop = (report["extra_data"].get("sandbox") or {}).get("privilege_drop") is True
+            drop = results.sandbox(report).get("privilege_drop") is True
             allowed = what["deserves"] if drop else what["deserves_without_drop"]
             if allowed is not None and report["score"] > allowed + EPS:
                 problems.append(f"{student}: {report['score']:g} points, deserves at most {allowed:g}")

@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from grader.assignment import Assignment  # noqa: E402
+from grader.files import replacing  # noqa: E402
 REQUIREMENTS = ("requirements/runtime.txt", "requirements/gpu-stack.txt", "requirements/constraints.txt")
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 
@@ -133,13 +134,11 @@ def build(assignment_dir: Path, out: Path, with_reference: bool = False) -> Path
                                                .replace("@ASSIGNMENT@", _shell_word(rel))}
     out.mkdir(parents=True, exist_ok=True)
     target = out / f"{assignment.id}_autograder.zip"
-    tmp = target.with_name(f".{target.name}.tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+    with replacing(target, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, text in scripts.items():
             _add(zf, name, text.encode(), 0o755)
         for name, path in sorted(files.items()):
             _add(zf, name, path.read_bytes(), 0o644)
-    tmp.replace(target)
     return target
 
 
