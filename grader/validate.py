@@ -487,6 +487,13 @@ def main(args) -> int:
 def _validate(args, mutants: Path) -> int:
     from .run import DeviceUnavailable, resolve_device
     try:
+        import jsonschema  # noqa: F401
+    except ImportError:
+        # Before any grading: a matrix whose reports went unchecked would pass for one that checked them.
+        print("grader validate: jsonschema is not installed (requirements/runtime.txt), so the reports "
+              "cannot be checked against grader/results.schema.json", file=sys.stderr)
+        return 2
+    try:
         assignment = Assignment.find(args.assignment)
         entries = select(load_corpus(assignment, mutants=mutants), args.only, args.fast)
     except (CorpusError, ValueError) as exc:

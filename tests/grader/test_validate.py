@@ -1,10 +1,9 @@
 """The kill matrix (grader/validate.py): its logic on hand-made reports, and one real
 run of the quick adversarial submissions through the grader."""
+import argparse
 import json
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -198,12 +197,20 @@ def test_render_shows_every_row_and_problem():
 
 # -- reports against the schema -------------------------------------------------------------
 def test_schema_accepts_a_built_report_and_rejects_a_broken_one():
-    pytest.importorskip("jsonschema")
     good = report(passed={"slot_mapping"})
     assert v.schema_problems(good) == []
     broken = dict(good, score=-1)
     del broken["tests"]
     assert len(v.schema_problems(broken)) == 2
+
+
+def test_validate_refuses_to_run_without_jsonschema(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "jsonschema", None)        # import jsonschema now fails
+    args = argparse.Namespace(assignment=str(ASSIGNMENT.folder), only=None, fast=True, device="cpu",
+                              out=str(tmp_path / "v.json"), jobs=None, no_privilege_drop=False, reports_dir=None)
+    assert v.main(args) == 2
+    assert "jsonschema is not installed" in capsys.readouterr().err
+    assert not (tmp_path / "v.json").exists()
 
 
 # -- the corpus files ---------------------------------------------------------------------
