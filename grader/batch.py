@@ -28,7 +28,7 @@ from pathlib import Path
 from queue import Queue
 
 from . import feedback, gradebook
-from . import report as reports
+from . import results as reports
 from .assignment import REPO
 from .course import Course, Row, sha256_of
 from .files import atomic_write

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from . import report as reports
+from . import results
 from .assignment import Assignment, AssignmentError
 from .run import DeviceUnavailable, grade, process_age, resolve_device
 
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                    protect=[Path(p) for p in args.protect], started=time.monotonic() - process_age())
     print()
     print(reports.terminal_table(report))
-    if reports.problem(report):
-        print(f"note: {reports.problem(report)}")
+    if results.problem(report):
+        print(f"note: {results.problem(report)}")
     print(f"report written to {report_path}")
     return 0

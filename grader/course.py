@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__
-from . import report as reports
+from . import results as reports
 from .assignment import Assignment
 
 # nbgrader's own bookkeeping beside a submission: not something the student handed in.

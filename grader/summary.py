@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from urllib.parse import quote
 
-from . import report as results
+from . import results
 from .assignment import Assignment, AssignmentError
 from .course import Course, Row
 from .files import atomic_write

@@ -32,8 +32,9 @@ from pathlib import Path
 
 from .assignment import REPO, Assignment
 from .corpus import EPS, CorpusError, Entry, expectations, load_corpus, select, skip_reason
-from . import report as results
+from . import results
 from .files import atomic_write
+from .report import SCHEMA
 from .sandbox.confine import become_subreaper, descendants, reap_children
 
 # How far a cheat may score above its honest twin (`no_more_than`) before validate calls the cheat
@@ -244,7 +245,7 @@ def schema_problems(report: dict) -> list[str]:
         import jsonschema
     except ImportError:
         return ["jsonschema is not installed, so reports cannot be checked"]
-    validator = jsonschema.Draft202012Validator(json.loads(results.SCHEMA.read_text()))
+    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text()))
     return [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message[:200]}"
             for e in validator.iter_errors(report)][:10]
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grader import report as results  # noqa: E402
+from grader import results  # noqa: E402
 from grader.assignment import Assignment  # noqa: E402
 from grader.course import Course  # noqa: E402
 from grader.corpus import EPS, load_corpus  # noqa: E402

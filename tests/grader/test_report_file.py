@@ -1,10 +1,10 @@
-"""Reading a report back (grader/report.py's reader and accessors) and writing files whole
+"""Reading a report back (grader/results.py, also as report.read) and writing files whole
 (grader/files.py)."""
 import os
 
 import pytest
 
-from grader import report as results
+from grader import report, results
 from grader.assignment import REPO, Assignment
 from grader.files import atomic_write, replacing
 from grader.scoring import TestResult, score
@@ -16,7 +16,7 @@ def built(pytest_exit=0, problem=None):
     runs = [TestResult("suite/test_toy.py::test_add", "add", "adds", "passed", duration_s=0.5, measure=0.9,
                        figures={"gbps": 12.5}),
             TestResult("suite/test_toy.py::test_echo", "echo", "echoes", "failed", duration_s=0.25)]
-    return results.build(TOY, score(TOY, runs, "cpu"), runs,
+    return report.build(TOY, score(TOY, runs, "cpu"), runs,
                          submission={"file": "toy.py", "sha256": "ab" * 32, "bytes": 10},
                          environment={"device": "cpu"}, sandbox={"privilege_drop": True, "uid": 61234},
                          phases={"total_s": 1.0}, instructor={"seed": 1, "pytest_exit": pytest_exit},
@@ -50,9 +50,9 @@ def test_accessors_on_a_report_lacking_parts_give_nothing():
 
 
 def test_read_round_trips_a_written_report(tmp_path):
-    path, report = tmp_path / "deep" / "report.json", built()
-    results.write_atomically(report, path)
-    assert results.read(path) == report
+    path, written = tmp_path / "deep" / "report.json", built()
+    report.write_atomically(written, path)
+    assert report.read(path) == written
     assert oct(path.stat().st_mode & 0o777) == oct(0o644)
     assert [p.name for p in path.parent.iterdir()] == ["report.json"]      # no temporary left
 
