@@ -157,13 +157,17 @@ def _shell_word(text: str) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--assignment", type=Path, default=Path("assignment/l1_paged_kv_write"),
-                        help="folder holding assignment.toml, inside the repository")
+    parser.add_argument("--assignment", type=Path,
+                        help="folder holding assignment.toml, inside the repository (default: the only one "
+                             "under assignment/)")
     parser.add_argument("--out", type=Path, default=Path("build/gradescope"), help="where the zip goes")
     parser.add_argument("--with-reference", action="store_true",
                         help="ship the reference, for a GPU image whose hidden tests time against it")
     args = parser.parse_args(argv)
-    assignment = args.assignment if args.assignment.is_absolute() else REPO / args.assignment
+    if args.assignment is None:
+        assignment = Assignment.find().folder
+    else:
+        assignment = args.assignment if args.assignment.is_absolute() else REPO / args.assignment
     out = args.out if args.out.is_absolute() else REPO / args.out
     target = build(assignment, out, args.with_reference)
     digest = hashlib.sha256(target.read_bytes()).hexdigest()[:12]
