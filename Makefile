@@ -34,12 +34,16 @@ $(VENV)/.nbgrader: $(VENV)/.runtime requirements/nbgrader.txt
 $(VENV)/.instructor: $(VENV)/.nbgrader requirements/instructor.txt
 	$(PYTHON) tools/make_venv.py $(VENV) --with nbgrader --with instructor
 	@touch $@
+$(VENV)/.dev: $(VENV)/.instructor requirements/dev.txt
+	$(PYTHON) tools/make_venv.py $(VENV) --with nbgrader --with instructor --with dev
+	@touch $@
 venv: $(VENV)/.runtime
 
 grade: $(VENV)/.runtime
 	$(PY) -m grader grade --assignment $(ASSIGNMENT) --submission $(SUBMISSION) --report $(REPORT) --device $(DEVICE)
 
-test: $(VENV)/.instructor
+test: $(VENV)/.dev
+	$(PY) -m ruff check .
 	$(PY) -m pytest tests/grader tests/assignment -q
 	$(PY) -m grader validate --assignment $(ASSIGNMENT) --fast --out build/validate-fast.json
 

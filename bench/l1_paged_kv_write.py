@@ -4,8 +4,9 @@
 
 Measures, in one run: a 1 GiB device-to-device copy (the ceiling), an empty Triton
 kernel (the launch floor), the reference kernel, torch's index_copy_, a CUDA write of
-vLLM's shape compiled on the spot (bench/cuda_peer.py), and optionally a submission, over a grid of token counts, head shapes, dtypes, input layouts and
-padding. Bytes moved = K and V read and written for the real tokens, plus the slots.
+vLLM's shape compiled on the spot (bench/cuda_peer.py), and optionally a submission,
+over a grid of token counts, head shapes, dtypes, input layouts and padding. Bytes
+moved = K and V read and written for the real tokens, plus the slots.
 An instructor's tool: it imports the files it measures; grading never does.
 """
 from __future__ import annotations

@@ -7,6 +7,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+ASSIGNMENTS = REPO / "assignment"       # where --assignment looks when it is not given
+
+# Every key assignment.toml may hold, per table: a misspelt key would otherwise be a silent default.
+TOP_KEYS = {"assignment", "rubric", "leaderboard"}
+ASSIGNMENT_KEYS = {"id", "title", "submission", "functions", "reference", "template", "public_tests",
+                   "hidden_tests", "corpus", "call_timeout_s", "time_budget_s", "worker_memory_mb",
+                   "gpu_memory_gib", "protect"}
+AREA_KEYS = {"points", "summary", "requires", "device", "curve"}
+LEADERBOARD_KEYS = {"enabled", "columns"}
+COLUMN_KEYS = {"name", "test", "figure", "order"}
 
 
 class AssignmentError(ValueError):
@@ -63,6 +73,9 @@ class Assignment:
     hidden_tests: Path
     call_timeout_s: float
     time_budget_s: float
+    template: Path | None = None             # the file students start from
+    public_tests: Path | None = None         # the tests students get
+    corpus: Path | None = None               # what `validate` grades (grader/corpus.py)
     worker_memory_bytes: int | None = None   # None: the confinement's default
     grading_gpu_bytes: int | None = None     # the most GPU memory one grading uses at once
     protect: tuple[Path, ...] = ()           # more folders a submission must not read
@@ -70,12 +83,26 @@ class Assignment:
 
     def protected_paths(self) -> list[Path]:
         """Closed to the worker's uid: the solution, the hidden suites, the repository's
-        history (which holds both) and whatever the assignment adds."""
-        return [self.reference.parent, self.hidden_tests, REPO / ".git", *self.protect]
+        history (which holds both), the corpus (near-solutions a submission could borrow
+        from) and whatever the assignment adds."""
+        corpus = [self.corpus] if self.corpus else []
+        return [self.reference.parent, self.hidden_tests, REPO / ".git", *corpus, *self.protect]
     areas: dict[str, Area] = field(default_factory=dict)
 
     @classmethod
+    def find(cls, folder: str | Path | None = None) -> "Assignment":
+        """`folder`'s assignment, or when None the only one under assignment/."""
+        if folder is not None:
+            return cls.load(folder)
+        found = sorted(p.parent for p in ASSIGNMENTS.glob("*/assignment.toml"))
+        if len(found) != 1:
+            listed = ", ".join(str(p.relative_to(REPO)) for p in found) or "none"
+            raise AssignmentError(f"give --assignment: {len(found)} assignments under {ASSIGNMENTS} ({listed})")
+        return cls.load(found[0])
+
+    @classmethod
     def load(cls, folder: str | Path) -> "Assignment":
+        """Paths in the file are relative to its own folder, so an assignment can live anywhere."""
         folder = Path(folder)
         path = folder / "assignment.toml" if folder.is_dir() else folder
         try:
@@ -84,21 +111,27 @@ class Assignment:
             raise AssignmentError(f"no assignment file at {path}") from None
         except tomllib.TOMLDecodeError as exc:
             raise AssignmentError(f"{path}: {exc}") from None
-        meta = data.get("assignment", {})
+        _known(data, TOP_KEYS, "", path)
+        meta = _known(data.get("assignment", {}), ASSIGNMENT_KEYS, "[assignment] ", path)
+        rubric = _known(data.get("rubric", {}), None, "[rubric] ", path)
+        here = path.parent
+
+        def at(key: str) -> Path | None:
+            return (here / meta[key]).resolve() if key in meta else None
+
         try:
-            areas = {name: Area(name=name, points=float(spec["points"]), summary=spec.get("summary", ""),
-                                requires=tuple(spec.get("requires", ())), device=spec.get("device"),
-                                curve=tuple((float(x), float(y)) for x, y in spec.get("curve", ())))
-                     for name, spec in data.get("rubric", {}).items()}
+            areas = {name: _area(name, _known(spec, AREA_KEYS, f"[rubric.{name}] ", path))
+                     for name, spec in rubric.items()}
             assignment = cls(
                 id=meta["id"], title=meta.get("title", meta["id"]), folder=path.parent,
                 submission=meta["submission"], functions=tuple(meta["functions"]),
-                reference=REPO / meta["reference"], hidden_tests=REPO / meta["hidden_tests"],
+                reference=(here / meta["reference"]).resolve(), hidden_tests=(here / meta["hidden_tests"]).resolve(),
                 call_timeout_s=float(meta.get("call_timeout_s", 60)),
                 time_budget_s=float(meta.get("time_budget_s", 900)),
+                template=at("template"), public_tests=at("public_tests"), corpus=at("corpus"),
                 worker_memory_bytes=int(meta["worker_memory_mb"]) << 20 if "worker_memory_mb" in meta else None,
                 grading_gpu_bytes=int(float(meta["gpu_memory_gib"]) * 2**30) if "gpu_memory_gib" in meta else None,
-                protect=tuple(REPO / p for p in meta.get("protect", ())),
+                protect=tuple((here / p).resolve() for p in meta.get("protect", ())),
                 leaderboard=_leaderboard(data.get("leaderboard", {}), path),
                 areas=areas)
         except KeyError as exc:
@@ -140,8 +173,27 @@ class Assignment:
         return sum(a.points for a in self.areas.values())
 
 
+def _known(table, keys: set[str] | None, where: str, path: Path) -> dict:
+    """`table`, once it is a table whose keys are all in `keys` (None: any key)."""
+    if not isinstance(table, dict):
+        raise AssignmentError(f"{path}: {where.strip() or 'the file'} must be a table")
+    unknown = sorted(set(table) - keys) if keys is not None else []
+    if unknown:
+        raise AssignmentError(f"{path}: unknown key {where}{unknown[0]!r} (known: {', '.join(sorted(keys))})")
+    return table
+
+
+def _area(name: str, spec: dict) -> Area:
+    return Area(name=name, points=float(spec["points"]), summary=spec.get("summary", ""),
+                requires=tuple(spec.get("requires", ())), device=spec.get("device"),
+                curve=tuple((float(x), float(y)) for x, y in spec.get("curve", ())))
+
+
 def _leaderboard(spec: dict, path: Path) -> tuple[LeaderboardColumn, ...]:
     """[leaderboard] enabled = true/false, columns = [{name, test, figure, order}]: off unless enabled."""
+    _known(spec, LEADERBOARD_KEYS, "[leaderboard] ", path)
+    for i, col in enumerate(spec.get("columns", ())):
+        _known(col, COLUMN_KEYS, f"[leaderboard] column {i + 1}: ", path)
     if not spec.get("enabled", False):
         return ()
     columns = []

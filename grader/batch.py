@@ -15,7 +15,6 @@ report: that student scores 0 until a later run succeeds.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -28,8 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import feedback, gradebook
+from . import results as reports
 from .assignment import REPO
 from .course import Course, Row, sha256_of
+from .files import atomic_write
 from .machines import SlotPool
 from .warm import WarmHost
 from .report import write_atomically
@@ -116,15 +117,15 @@ class Runner:
             with self.lock:
                 self.live.discard(proc)
         # A grading we stopped still writes a report, of an interrupted run: not one to keep.
-        report = _read(partial) if proc.returncode == 0 and not getattr(proc, "stopped", False) else None
+        report = reports.read_or_none(partial) if proc.returncode == 0 and not getattr(proc, "stopped", False) else None
         if self.stopping:
             partial.unlink(missing_ok=True)
             return None, "interrupted"
-        if report is not None and _interrupted(report):
+        if report is not None and reports.interrupted(report):
             # A signal from elsewhere (Slurm ending the task, an administrator) stopped the grading:
             # its report scores what had run by then, not the file.
             report, why = None, "the grading was interrupted by a signal before it finished"
-        if report is None or report["extra_data"].get("submission", {}).get("sha256") != job.sha256:
+        if report is None or reports.sha256(report) != job.sha256:
             partial.unlink(missing_ok=True)
             return None, why + "\n\n" + (out or "")[-4000:]
         os.replace(partial, dest)
@@ -203,7 +204,7 @@ def grade_all(course: Course, device: str, jobs: int = 1, timeout_s: float | Non
     todo, copies, unchanged = plan(course, device)
     result = BatchResult(rows=[], unchanged=unchanged)
     for source, students in copies.items():
-        result.copied += _copy(course, json.loads(source.read_text()), students)
+        result.copied += _copy(course, reports.read(source), students)
     if executor is None:
         executor = LocalBatch(course, device, jobs, timeout_s or default_timeout(course))
 
@@ -240,8 +241,7 @@ def record(course: Course, result: BatchResult, job: Job, report: dict | None, w
         result.errors += len(job.students)
         for student in job.students:
             path = course.error_path(student)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(why.strip() + "\n")
+            atomic_write(path, why.strip() + "\n")
     else:
         course.error_path(job.students[0]).unlink(missing_ok=True)
         result.copied += _copy(course, report, job.students[1:])
@@ -254,27 +254,13 @@ def _copy(course: Course, report: dict, students: list[str]) -> int:
     return len(students)
 
 
-def _interrupted(report: dict) -> bool:
-    """The grader caught SIGINT or SIGTERM while its suites ran (grader/run.py's exit -2)."""
-    return (report["extra_data"].get("instructor") or {}).get("pytest_exit") == -2
-
-
-def _read(path: Path) -> dict | None:
-    try:
-        report = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return report if isinstance(report, dict) and isinstance(report.get("extra_data"), dict) else None
-
-
 def publish(course: Course, rows: list[Row], csv_path: Path, db_url: str | None) -> list[str]:
     """Feedback for each graded student (and none for the others), the CSV, the gradebook."""
     notes = []
     for row in rows:
         path = course.feedback_path(row.student)
         if row.status == "graded":
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(feedback.markdown(row.report, row.student))
+            atomic_write(path, feedback.markdown(row.report, row.student))
         else:
             path.unlink(missing_ok=True)      # feedback for an older file would mislead
     gradebook.write_csv(rows, course.assignment, csv_path)

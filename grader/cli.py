@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from . import report as reports
+from . import results
 from .assignment import Assignment, AssignmentError
 from .machines import DeviceUnavailable, resolve_device
 from .run import grade, process_age
@@ -24,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m grader", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
     g = sub.add_parser("grade", help="grade one submission and write its report")
-    g.add_argument("--assignment", default="assignment/l1_paged_kv_write", help="assignment folder")
+    g.add_argument("--assignment", help="assignment folder (default: the only one under assignment/)")
     g.add_argument("--submission", help="the submitted .py file (default: the reference)")
     g.add_argument("--report", default="build/report.json", help="where to write results.json")
     g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
                         "validate --jobs start one per slot); without one they run in a fresh process")
     v = sub.add_parser("validate", help="grade the reference and the wrong/adversarial corpus, "
                                         "print the kill matrix")
-    v.add_argument("--assignment", default="assignment/l1_paged_kv_write", help="assignment folder")
+    v.add_argument("--assignment", help="assignment folder (default: the only one under assignment/)")
     v.add_argument("--out", default="build/validate.json", help="where to write the matrix as JSON")
     v.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     pick = v.add_mutually_exclusive_group()
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         return validate(args)
 
     try:
-        assignment = Assignment.load(args.assignment)
+        assignment = Assignment.find(args.assignment)
     except AssignmentError as exc:
         return _fail(str(exc))
     submission = Path(args.submission) if args.submission else assignment.reference
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                    host=args.warm_host)
     print()
     print(reports.terminal_table(report))
-    if report["extra_data"].get("problem"):
-        print(f"note: {report['extra_data']['problem']}")
+    if results.problem(report):
+        print(f"note: {results.problem(report)}")
     print(f"report written to {report_path}")
     return 0

@@ -11,12 +11,12 @@ sha256, this grader's version and the assignment (with its suites' fingerprint);
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__
+from . import results as reports
 from .assignment import Assignment
 
 # nbgrader's own bookkeeping beside a submission: not something the student handed in.
@@ -77,21 +77,15 @@ class Course:
         return None, f"no {self.assignment.submission} in the submission folder (found {shown})"
 
     def read_report(self, student: str) -> dict | None:
-        try:
-            report = json.loads(self.report_path(student).read_text())
-        except (OSError, ValueError):
-            return None
-        return report if isinstance(report, dict) and isinstance(report.get("extra_data"), dict) else None
+        return reports.read_or_none(self.report_path(student))
 
     def is_current(self, report: dict | None, sha256: str, device: str | None = None) -> bool:
         if report is None:
             return False
-        extra = report["extra_data"]
-        return ((extra.get("submission") or {}).get("sha256") == sha256
-                and extra.get("grader_version") == __version__
-                and extra.get("assignment") == self.assignment.id
-                and extra.get("assignment_fingerprint") == self._fingerprint
-                and (device is None or (extra.get("environment") or {}).get("device") == device))
+        return (reports.sha256(report) == sha256
+                and reports.grader_version(report) == __version__
+                and reports.assignment_of(report) == (self.assignment.id, self._fingerprint)
+                and (device is None or reports.device(report) == device))
 
     def rows(self) -> list[Row]:
         rows = [self._row(student) for student in self.students()]
@@ -125,11 +119,8 @@ class Course:
 
 
 def _from_report(student: str, status: str, report: dict, sha: str) -> Row:
-    extra = report["extra_data"]
-    areas = {name: (a.get("score") if a.get("graded") else None)
-             for name, a in (extra.get("areas") or {}).items()}
     return Row(student, status, float(report.get("score", 0.0)), float(report.get("max_score", 0.0)),
-               areas, extra.get("problem") or "", sha, report)
+               reports.area_points(report), reports.problem(report) or "", sha, report)
 
 
 def sha256_of(path: Path) -> str:

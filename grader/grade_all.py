@@ -19,7 +19,7 @@ def add_parser(sub) -> None:
                        description=batch.__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--course", required=True, help="course folder holding submitted/<student>/<assignment>/")
-    p.add_argument("--assignment", default="assignment/l1_paged_kv_write", help="assignment folder")
+    p.add_argument("--assignment", help="assignment folder (default: the only one under assignment/)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--jobs", type=int, help="gradings at once (default: one per GPU; on the CPU half the cores). "
                         "On GPUs, N > GPUs shares each GPU; tests that time the kernel take turns alone")
@@ -51,7 +51,7 @@ def add_parser(sub) -> None:
 
 def main(args) -> int:
     try:
-        assignment = Assignment.load(args.assignment)
+        assignment = Assignment.find(args.assignment)
     except AssignmentError as exc:
         return _usage(str(exc))
     root = Path(args.course)

@@ -20,19 +20,17 @@ from pathlib import Path
 
 from .assignment import Assignment
 from .course import Course, Row
+from .files import replacing
 
 
 def write_csv(rows: list[Row], assignment: Assignment, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="") as f:
+    with replacing(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["student_id", "score", "max_score", *assignment.areas, "status", "note"])
         for r in rows:
             areas = ["" if r.areas.get(name) is None else _num(r.areas[name]) for name in assignment.areas]
             w.writerow([r.student, _num(r.score if r.status in ("graded", "stale") else 0.0),
                         _num(r.max_score or 0.0), *areas, r.status, r.note])
-    tmp.replace(path)
 
 
 def _num(x: float) -> str:

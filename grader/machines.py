@@ -91,7 +91,7 @@ class SlotPool:
             "of GPU memory (gpu_memory_gib in assignment.toml) and the GPUs hold no more")
         self.hosts = [hosts(env) for env in envs] if hosts else []
         self._free: Queue = Queue()
-        for i, env in enumerate(envs):
+        for i in range(len(envs)):
             self._free.put(i)
         self._envs = envs
 

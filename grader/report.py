@@ -5,12 +5,13 @@ worker logs sit under extra_data.instructor."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from . import __version__
 from .assignment import Assignment
+from .files import replacing
+from .results import ReportError as ReportError, read as read   # the reader, beside the writer
+from .results import areas
 from .scoring import AreaResult, TestResult, totals
 
 SCHEMA = Path(__file__).with_name("results.schema.json")
@@ -125,26 +126,17 @@ def summary_markdown(assignment: Assignment, areas: dict[str, AreaResult], score
 
 
 def write_atomically(report: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(report, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with replacing(path) as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")
 
 
 def terminal_table(report: dict) -> str:
     rows = [("area", "passed", "points")]
-    for name, a in report["extra_data"]["areas"].items():
+    for name, a in areas(report).items():
         pts = f"{a['score']:.2f}/{a['points']:.2f}" if a["graded"] else "n/a"
         rows.append((name, f"{a['passed']}/{a['total']}", pts + (f"  {a['note']}" if a["note"] else "")))
     rows.append(("total", "", f"{report['score']:.2f}/{report['max_score']:.2f}"))
     width = [max(len(r[i]) for r in rows) for i in range(2)]
     return "\n".join(f"{r[0]:<{width[0]}}  {r[1]:>{width[1]}}  {r[2]}" for r in rows)
+

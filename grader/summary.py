@@ -18,8 +18,10 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from urllib.parse import quote
 
+from . import results
 from .assignment import Assignment, AssignmentError
 from .course import Course, Row
+from .files import atomic_write
 
 PERFORMANCE_AREA = "performance"
 PLOTS = ("scores.png", "areas.png", "performance.png")
@@ -61,9 +63,7 @@ def build(course: Course, out: Path) -> Path:
             f"<style>{CSS}</style></head>\n<body>\n<h1>{title}</h1>\n" + "\n".join(p for p in parts if p)
             + "\n</body></html>\n")
     index = out / "index.html"
-    tmp = out / ".index.html.tmp"
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(index)
+    atomic_write(index, page)
     return index
 
 
@@ -75,7 +75,7 @@ def _header(course: Course, rows: list[Row], reports: list[Row]) -> str:
         scores = [r.score for r in reports]
         line += (f" Over the {len(reports)} graded: mean {statistics.mean(scores):.1f}, "
                  f"median {statistics.median(scores):.1f} of {reports[0].max_score:g}.")
-    devices = Counter((r.report["extra_data"].get("environment") or {}).get("device", "?") for r in reports)
+    devices = Counter(results.device(r.report) or "?" for r in reports)
     if devices:
         line += " Graded on " + ", ".join(f"{d} ({n})" for d, n in devices.items()) + "."
     return f"<p>{html.escape(line)}</p>"
@@ -109,7 +109,7 @@ def _scores(course: Course, reports: list[Row], out: Path) -> str:
 def _areas(course: Course, reports: list[Row], out: Path) -> str:
     names, rates, labels = [], [], []
     for name in course.assignment.areas:
-        graded = [r.report["extra_data"]["areas"].get(name) for r in reports]
+        graded = [results.areas(r.report).get(name) for r in reports]
         graded = [a for a in graded if a and a.get("graded") and a.get("total")]
         if not graded:
             continue
@@ -131,7 +131,7 @@ def _areas(course: Course, reports: list[Row], out: Path) -> str:
 
 
 def _performance(reports: list[Row], out: Path) -> str:
-    graded = [(r, r.report["extra_data"]["areas"].get(PERFORMANCE_AREA)) for r in reports]
+    graded = [(r, results.areas(r.report).get(PERFORMANCE_AREA)) for r in reports]
     graded = [(r, a) for r, a in graded if a and a.get("graded")]
     if not graded:
         return ""
@@ -180,15 +180,15 @@ def _value(v) -> str:
 
 
 def _measures(row: Row) -> list[float]:
-    return [t["extra_data"]["measure"] for t in row.report.get("tests", [])
-            if PERFORMANCE_AREA in t.get("tags", []) and (t.get("extra_data") or {}).get("outcome") == "passed"
-            and isinstance(t["extra_data"].get("measure"), (int, float))]
+    details = [results.test_detail(t) for t in row.report.get("tests", []) if PERFORMANCE_AREA in t.get("tags", [])]
+    return [d["measure"] for d in details
+            if d.get("outcome") == "passed" and isinstance(d.get("measure"), (int, float))]
 
 
 def _tests(reports: list[Row]) -> str:
     seen: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
     for r in reports:
-        areas = r.report["extra_data"].get("areas") or {}
+        areas = results.areas(r.report)
         for t in r.report.get("tests", []):
             graded = all((areas.get(tag) or {}).get("graded") for tag in t.get("tags", []))
             if "status" not in t or not graded:     # not graded on that device
@@ -263,14 +263,14 @@ def add_parser(sub) -> None:
     p = sub.add_parser("summary", help="one HTML page on how the class did (COURSE/summary/index.html)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--course", required=True, help="course folder graded by grade-all")
-    p.add_argument("--assignment", default="assignment/l1_paged_kv_write", help="assignment folder")
+    p.add_argument("--assignment", help="assignment folder (default: the only one under assignment/)")
     p.add_argument("--out", help="folder for the page and its images (default: COURSE/summary)")
     p.set_defaults(run=main)
 
 
 def main(args) -> int:
     try:
-        assignment = Assignment.load(args.assignment)
+        assignment = Assignment.find(args.assignment)
     except AssignmentError as exc:
         print(f"grader: {exc}", file=sys.stderr)
         return 2

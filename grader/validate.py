@@ -4,17 +4,10 @@ submissions and check that each got what it must.
     python -m grader validate --assignment DIR --out build/validate.json
                               [--device auto|cpu|cuda] [--only NAME ...] [--fast] [--jobs N]
 
-The corpus lives in tests/corpus/: wrong.toml (`[name]`, `bug`, `fails = [areas]`,
-and the bug itself as `[[name.edit]]` tables, `old` -> `new` on the reference under
-its own `doc`, or else a file wrong/<name>.py; a timing cheat names its honest twin in
-`no_more_than` and may not outscore it), adversarial.toml (`[name]`, `trick`, `deserves` in
-points, optionally `deserves_without_privilege_drop`, `earns_at_least` and `fast`, file
-adversarial/<name>.py) and right.toml (`[name]`, `style`, optionally `device` and `fast`, file
-right/<name>.py): correct solutions written otherwise than the reference, which must
-earn every point of every area but those scored on a curve (a slower one may lose
-speed points; the matrix shows how many). An area counts as passed only when it earned all its
-points, so an area gated by another one counts as failed. Besides its score, an
-adversarial submission must not keep any test running well past the call timeout.
+The corpus (grader/corpus.py) is the assignment's own, in the folder its assignment.toml
+names. An area counts as passed only when it earned all its points, so an area gated by
+another one counts as failed. Besides its score, an adversarial submission must not keep any
+test running well past the call timeout.
 
 Each grading runs `python -m grader grade` in a subprocess, because a submission
 is judged by what the real command does, exit status and leftovers included. This
@@ -25,7 +18,6 @@ that what one entry leaves behind is still found by its own subreaper.
 """
 from __future__ import annotations
 
-import ast
 import contextlib
 import json
 import os
@@ -35,52 +27,22 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .assignment import REPO, Assignment
+from .corpus import EPS, CorpusError, Entry, expectations, load_corpus, select, skip_reason
+from . import results
+from .files import atomic_write
 from .report import SCHEMA
 from .sandbox.confine import become_subreaper, descendants, reap_children
 from .warm import HOST_ENV, WarmHost
 
-CORPUS = REPO / "tests" / "corpus"
-EPS = 1e-6
 # How far a cheat may score above its honest twin (`no_more_than`) before validate calls the cheat
 # a success: two gradings of one file differ by up to half a point on the H200 (88.65-89.10 over
 # six), and a window closed on what the grader sees leaves out work after the last output lands.
 TWIN_SLACK = 1.0
-FAST_WRONG = 3           # wrong submissions in --fast when none is marked fast
 SETTLE_S = 5.0           # how long a killed process may take to leave /proc
-
-
-class CorpusError(ValueError):
-    """The corpus files are malformed: the instructor's mistake, not a submission's."""
-
-
-@dataclass(frozen=True)
-class Entry:
-    kind: str                         # "reference", "wrong", "adversarial" or "right"
-    name: str
-    file: Path
-    note: str = ""                    # the bug or the trick
-    fails: tuple[str, ...] = ()       # wrong: the areas it must fail
-    deserves: float | None = None     # adversarial: the most it may score; None: anything
-    deserves_without_drop: float | None = None
-    earns_at_least: float | str | None = None   # adversarial: the least it must score ("all": full marks)
-    fast: bool = False
-    device: str | None = None         # right: graded only on this device (None: any)
-    may_lose: tuple[str, ...] = ()    # right: areas scored on a curve, where speed may cost points
-    no_more_than: str | None = None   # wrong: another wrong entry (its honest twin) it may not outscore
-
-    @property
-    def stem(self) -> str:
-        """The name of its files in the reports folder."""
-        return f"{self.kind}-{self.name}"
-
-    @property
-    def label(self) -> str:
-        return self.name if self.kind == "reference" else f"{self.kind}/{self.name}"
 
 
 @dataclass
@@ -123,113 +85,6 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
-# -- the corpus -------------------------------------------------------------------
-def _points(value, where: str) -> float | None:
-    if value == "any":
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise CorpusError(f"{where}: expected points >= 0 or \"any\", got {value!r}")
-    return float(value)
-
-
-def mutant_source(reference: str, doc: str, edits: list, where: str) -> str:
-    """A wrong submission kept as edits of the reference, under its own docstring.
-
-    Each `old` must occur exactly once in the reference as it is now, so a mutant
-    whose edit no longer applies is an error instead of a stale copy of old code."""
-    tree = ast.parse(reference)
-    first = tree.body[0] if tree.body else None
-    has_doc = isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant) \
-        and isinstance(first.value.value, str)
-    text = "".join(reference.splitlines(True)[first.end_lineno:]) if has_doc else reference
-    for i, edit in enumerate(edits):
-        if not (isinstance(edit, dict) and isinstance(edit.get("old"), str) and isinstance(edit.get("new"), str)):
-            raise CorpusError(f"{where}: edit {i + 1} needs `old` and `new` strings")
-        count = text.count(edit["old"])
-        if count != 1:
-            raise CorpusError(f"{where}: edit {i + 1} matches the reference {count} times, not once")
-        text = text.replace(edit["old"], edit["new"])
-    return doc + text
-
-
-def load_corpus(assignment: Assignment, corpus: Path = CORPUS, mutants: Path | None = None) -> list[Entry]:
-    """The reference, then every wrong and adversarial entry, in file order. Entries given
-    as edits of the reference are written out as files under `mutants` (a private folder
-    made here when None)."""
-    entries = [Entry("reference", "reference", assignment.reference, "the instructor's solution")]
-    for kind in ("wrong", "adversarial", "right"):
-        path = corpus / f"{kind}.toml"
-        if not path.exists():
-            continue
-        try:
-            table = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise CorpusError(f"{path}: {exc}") from None
-        for name, spec in table.items():
-            where = f"{path.name} [{name}]"
-            if not isinstance(spec, dict):
-                raise CorpusError(f"{where}: not a table")
-            if "edit" in spec:
-                mutants = mutants or Path(tempfile.mkdtemp(prefix="grader-mutants-"))
-                file = mutants / f"{name}.py"
-                file.write_text(mutant_source(assignment.reference.read_text(), str(spec.get("doc", "")),
-                                              spec["edit"], where))
-            else:
-                file = corpus / spec.get("file", f"{kind}/{name}.py")
-            if not file.is_file():
-                raise CorpusError(f"{where}: no file {_rel(file)}")
-            fast = bool(spec.get("fast", False))
-            if kind == "wrong":
-                fails = spec.get("fails")
-                if not isinstance(fails, list) or not fails:
-                    raise CorpusError(f"{where}: `fails` must list the areas it must fail")
-                unknown = sorted(set(fails) - set(assignment.areas))
-                if unknown:
-                    raise CorpusError(f"{where}: unknown areas {unknown}")
-                twin = spec.get("no_more_than")
-                if twin is not None and (not isinstance(twin, str) or twin not in table or twin == name):
-                    raise CorpusError(f"{where}: `no_more_than` must name another entry of {path.name}")
-                # An area gated by a failed one fails too: wrong.toml names only what the bug breaks.
-                entries.append(Entry(kind, name, file, str(spec.get("bug", "")),
-                                     assignment.with_dependents(fails), fast=fast, no_more_than=twin))
-            elif kind == "right":
-                device = spec.get("device")
-                if device not in (None, "cpu", "cuda"):
-                    raise CorpusError(f"{where}: `device` must be \"cpu\" or \"cuda\", not {device!r}")
-                if not spec.get("style"):
-                    raise CorpusError(f"{where}: `style` must say how it differs from the reference")
-                curved = tuple(n for n, a in assignment.areas.items() if a.curve)
-                entries.append(Entry(kind, name, file, str(spec["style"]), fast=fast, device=device,
-                                     may_lose=curved))
-            else:
-                if "deserves" not in spec:
-                    raise CorpusError(f"{where}: `deserves` is missing")
-                deserves = _points(spec["deserves"], where)
-                without = _points(spec.get("deserves_without_privilege_drop", spec["deserves"]), where)
-                least = spec.get("earns_at_least")
-                least = least if least in (None, "all") else _points(least, where)
-                entries.append(Entry(kind, name, file, str(spec.get("trick", "")), deserves=deserves,
-                                     deserves_without_drop=without, earns_at_least=least, fast=fast))
-    return entries
-
-
-def select(entries: list[Entry], only: list[str] | None = None, fast: bool = False) -> list[Entry]:
-    """--only NAME (a name or kind/name) or --fast; unknown names are a CorpusError."""
-    if only:
-        names = set(only)
-        known = {e.name for e in entries} | {e.label for e in entries}
-        unknown = sorted(names - known)
-        if unknown:
-            raise CorpusError(f"no corpus entry named {', '.join(unknown)}")
-        return [e for e in entries if e.name in names or e.label in names]
-    if fast:
-        wrong = [e for e in entries if e.kind == "wrong"]
-        wrong = [e for e in wrong if e.fast] or wrong[:FAST_WRONG]
-        return [e for e in entries if e.kind == "reference" or e in wrong
-                or (e.kind in ("adversarial", "right") and e.fast)]
-    return list(entries)
-
-
 # -- the matrix -------------------------------------------------------------------
 def columns(assignment: Assignment, device: str) -> list[str]:
     """The rubric areas graded on this device, in rubric order."""
@@ -238,7 +93,7 @@ def columns(assignment: Assignment, device: str) -> list[str]:
 
 def area_passed(report: dict, cols: list[str]) -> dict[str, bool]:
     """True where the area earned all its points (a gated area did not)."""
-    areas = report.get("extra_data", {}).get("areas", {})
+    areas = results.areas(report)
     out = {}
     for name in cols:
         a = areas.get(name) or {}
@@ -251,20 +106,8 @@ def area_passed(report: dict, cols: list[str]) -> dict[str, bool]:
 
 def allowed_score(entry: Entry, report: dict | None) -> float | None:
     """The most an adversarial entry may score under the isolation the report says was in force."""
-    sandbox = (report or {}).get("extra_data", {}).get("sandbox") or {}
-    return entry.deserves if sandbox.get("privilege_drop") is True else entry.deserves_without_drop
-
-
-def expectations(entry: Entry, cols: list[str], allowed: float | None = None) -> dict[str, str | None]:
-    if entry.kind == "reference":
-        return {a: "pass" for a in cols}
-    if entry.kind == "right":
-        return {a: None if a in entry.may_lose else "pass" for a in cols}
-    if entry.kind == "wrong":
-        return {a: "fail" if a in entry.fails else "pass" for a in cols}
-    if allowed is not None and allowed <= EPS:
-        return {a: "fail" for a in cols}
-    return {a: None for a in cols}     # only the total is judged
+    drop = results.sandbox(report).get("privilege_drop") if report is not None else None
+    return entry.deserves if drop is True else entry.deserves_without_drop
 
 
 def cell(expected: str | None, passed: bool) -> str:
@@ -282,7 +125,7 @@ def overlong_tests(report: dict, call_timeout_s: float) -> list[float]:
     timeout (the worker is killed and the test fails), so only a call that kept the grader
     waiting beyond its timeout can take this long."""
     limit = 2 * call_timeout_s + 30
-    durations = [(t.get("extra_data") or {}).get("duration_s", 0) for t in report.get("tests", [])]
+    durations = [results.test_detail(t).get("duration_s", 0) for t in report.get("tests", [])]
     return sorted(d for d in durations if isinstance(d, (int, float)) and d > limit)
 
 
@@ -304,12 +147,12 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
         if not grade_error:
             row.problems.append("no report")
         return row
-    extra = report.get("extra_data", {})
-    row.privilege_drop = (extra.get("sandbox") or {}).get("privilege_drop")
+    areas = results.areas(report)
+    row.privilege_drop = results.sandbox(report).get("privilege_drop")
     row.score, row.max_score = report.get("score"), report.get("max_score")
-    if device and (extra.get("environment") or {}).get("device") != device:
-        row.problems.append(f"graded on {(extra.get('environment') or {}).get('device')}, not {device}")
-    missing = [a for a in cols if a not in extra.get("areas", {})]
+    if device and results.device(report) != device:
+        row.problems.append(f"graded on {results.device(report)}, not {device}")
+    missing = [a for a in cols if a not in areas]
     if missing:
         row.problems.append(f"report lacks areas {missing}")
     row.allowed = allowed_score(entry, report) if entry.kind == "adversarial" else None
@@ -323,7 +166,6 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
         row.problems += [f"passes {a}, which it must fail" for a in cols if row.cells[a] == "MISS"]
         row.problems += [f"fails {a}, which it must pass" for a in cols if row.cells[a] == "EXTRA"]
     elif entry.kind == "right":
-        areas = extra.get("areas", {})
         for a in cols:
             if row.cells[a] == "EXTRA":
                 row.problems.append(f"a correct solution lost points in {a}: {_lost(areas.get(a) or {})}")
@@ -341,8 +183,8 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
         if slow:
             row.problems.append(f"{len(slow)} test(s) ran past the {call_timeout_s:g} s call timeout "
                                 f"(longest {slow[-1]:.0f} s): a timeout did not hold")
-    if extra.get("problem"):
-        row.notes.append(str(extra["problem"])[:200])
+    if results.problem(report):
+        row.notes.append(str(results.problem(report))[:200])
     return row
 
 
@@ -396,15 +238,6 @@ def render(rows: list[Row], cols: list[str]) -> str:
         for p in r.problems:
             lines.append(f"! {r.entry.label}: {p}")
     return "\n".join(lines)
-
-
-def skip_reason(entry: Entry, cols: list[str], device: str) -> str | None:
-    """Why grading this entry on this device would show nothing, or None."""
-    if entry.kind == "wrong" and not set(entry.fails) & set(cols):
-        return f"fails only areas not graded on {device}"
-    if entry.device not in (None, device):
-        return f"runs on {entry.device} only"
-    return None
 
 
 # -- checks around a grading -------------------------------------------------------
@@ -545,10 +378,12 @@ def grade_entry(entry: Entry, assignment: Assignment, device: str, report_path: 
     if code not in (0, None):
         error = f"the grader exited with status {code} (log: {_rel(log_path)})"
     try:
-        report = json.loads(report_path.read_text())
-    except (OSError, ValueError) as exc:
-        return None, error or f"no readable report ({exc.__class__.__name__})", wall
-    return (report if isinstance(report, dict) else None), error, wall
+        report = results.read(report_path)
+    except (OSError, results.ReportError) as exc:
+        return None, error or f"no readable report ({exc})", wall
+    if report is None:
+        return None, error or "no readable report (FileNotFoundError)", wall
+    return report, error, wall
 
 
 def summary_line(row: Row) -> str:
@@ -589,7 +424,7 @@ def _run(assignment, entries, device, out, drop_privileges, echo, reports_dir, h
         report_path, log_path = reports_dir / f"{entry.stem}.json", reports_dir / f"{entry.stem}.log"
         report, error, wall = grade_entry(entry, assignment, device, report_path, log_path, drop_privileges,
                                           host_env=host.env() if host else None)
-        uid = ((report or {}).get("extra_data", {}).get("sandbox") or {}).get("uid")
+        uid = results.sandbox(report).get("uid") if report is not None else None
         strays = leftovers_after(uid if isinstance(uid, int) else None, keep=host_processes(host))
         strays += files_left_by(uid if isinstance(uid, int) else None)
         row = judge(entry, report, cols, grade_error=error, device=device, leftovers=strays,
@@ -668,10 +503,7 @@ def write_json(path: Path, assignment: Assignment, device: str, rows: list[Row],
     data = {"assignment": assignment.id, "device": device, "columns": cols,
             "ok": not any(r.problems for r in rows), "total_wall_s": round(total_s, 1),
             "rows": [r.to_json() for r in rows]}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(data, indent=1) + "\n")
 
 
 def main(args) -> int:
@@ -686,7 +518,14 @@ def main(args) -> int:
 def _validate(args, mutants: Path) -> int:
     from .machines import DeviceUnavailable, resolve_device
     try:
-        assignment = Assignment.load(args.assignment)
+        import jsonschema  # noqa: F401
+    except ImportError:
+        # Before any grading: a matrix whose reports went unchecked would pass for one that checked them.
+        print("grader validate: jsonschema is not installed (requirements/runtime.txt), so the reports "
+              "cannot be checked against grader/results.schema.json", file=sys.stderr)
+        return 2
+    try:
+        assignment = Assignment.find(args.assignment)
         entries = select(load_corpus(assignment, mutants=mutants), args.only, args.fast)
     except (CorpusError, ValueError) as exc:
         print(f"grader validate: {exc}", file=sys.stderr)

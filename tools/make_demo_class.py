@@ -8,7 +8,7 @@
 
 Every student hands in a distinct file, as in a real class: copies of the reference
 (each with its own closing comment, so each is graded), every wrong submission of
-tests/corpus/wrong.toml, every adversarial one and the slow correct one; besides
+the corpus's wrong.toml, every adversarial one and the slow correct one; besides
 them, a student with an empty folder and one who handed in a binary under the right
 name. `expected.json` beside the course says what each student must score: full marks
 for the reference copies, all but the listed areas for a wrong one, at most what an
@@ -26,11 +26,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grader.assignment import REPO, Assignment  # noqa: E402
+from grader import results  # noqa: E402
+from grader.assignment import Assignment  # noqa: E402
 from grader.course import Course  # noqa: E402
-from grader.validate import CORPUS, EPS, area_passed, columns, load_corpus  # noqa: E402
-
-SLOW = CORPUS / "slow"
+from grader.corpus import EPS, load_corpus  # noqa: E402
+from grader.validate import area_passed, columns  # noqa: E402
 
 
 def build(out: Path, assignment: Assignment, reference_copies: int) -> dict[str, dict]:
@@ -54,7 +54,7 @@ def build(out: Path, assignment: Assignment, reference_copies: int) -> dict[str,
             elif e.kind == "adversarial":
                 files[f"adv_{e.name}"] = (e.file.read_bytes(), {"kind": "adversarial", "deserves": e.deserves,
                                                                  "deserves_without_drop": e.deserves_without_drop})
-        for path in sorted(SLOW.glob("*.py")):
+        for path in sorted((assignment.corpus / "slow").glob("*.py")):
             files[f"slow_{path.stem}"] = (path.read_bytes(), {"kind": "slow"})
     finally:
         shutil.rmtree(mutants, ignore_errors=True)
@@ -90,7 +90,7 @@ def check(course: Course, expected: dict[str, dict]) -> list[str]:
         if row.status != "graded" or report is None:
             problems.append(f"{student}: status {row.status} ({row.note.splitlines()[0] if row.note else ''})")
             continue
-        device = report["extra_data"]["environment"].get("device", "cpu")
+        device = results.device(report) or "cpu"
         cols = columns(course.assignment, device)
         passed = area_passed(report, cols)
         if what["kind"] == "reference" and report["score"] < report["max_score"] - EPS:
@@ -102,7 +102,7 @@ def check(course: Course, expected: dict[str, dict]) -> list[str]:
             if misses or extras:
                 problems.append(f"{student}: passes {misses} it must fail, fails {extras} it must pass")
         elif what["kind"] == "adversarial":
-            drop = (report["extra_data"].get("sandbox") or {}).get("privilege_drop") is True
+            drop = results.sandbox(report).get("privilege_drop") is True
             allowed = what["deserves"] if drop else what["deserves_without_drop"]
             if allowed is not None and report["score"] > allowed + EPS:
                 problems.append(f"{student}: {report['score']:g} points, deserves at most {allowed:g}")
@@ -116,10 +116,10 @@ def main(argv=None) -> int:
     what = ap.add_mutually_exclusive_group(required=True)
     what.add_argument("--out", help="the course folder to create")
     what.add_argument("--check", metavar="COURSE", help="compare a graded demo class with its expected.json")
-    ap.add_argument("--assignment", default=str(REPO / "assignment/l1_paged_kv_write"))
+    ap.add_argument("--assignment", help="assignment folder (default: the only one under assignment/)")
     ap.add_argument("--reference-copies", type=int, default=20)
     args = ap.parse_args(argv)
-    assignment = Assignment.load(args.assignment)
+    assignment = Assignment.find(args.assignment)
     if args.check:
         root = Path(args.check)
         problems = check(Course(root, assignment), json.loads((root / "expected.json").read_text()))

@@ -19,11 +19,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
-import tomllib
 import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from grader.assignment import Assignment  # noqa: E402
+from grader.files import replacing  # noqa: E402
 REQUIREMENTS = ("requirements/runtime.txt", "requirements/gpu-stack.txt", "requirements/constraints.txt")
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 
@@ -96,51 +99,46 @@ def _sources(folder: Path) -> list[Path]:
                   and p.suffix != ".pyc")
 
 
-def contents(assignment_dir: Path, with_reference: bool = False) -> tuple[dict, dict[str, Path]]:
-    """(assignment.toml, {path in the zip: file here})."""
+def contents(assignment_dir: Path, with_reference: bool = False) -> tuple[Assignment, dict[str, Path]]:
+    """(the assignment, {path in the zip: file here})."""
     assignment_dir = assignment_dir.resolve()
-    with open(assignment_dir / "assignment.toml", "rb") as f:
-        toml = tomllib.load(f)
-    meta = toml["assignment"]
+    assignment = Assignment.load(assignment_dir)
     files: dict[str, Path] = {}
     for path in _sources(REPO / "grader"):
         files[path.relative_to(REPO).as_posix()] = path
     # The assignment folder's own files only: a folder below it may hold solutions.
     for path in sorted(p for p in assignment_dir.iterdir() if p.is_file()):
         files[path.relative_to(REPO).as_posix()] = path
-    for path in _sources(REPO / meta["hidden_tests"]):
+    for path in _sources(assignment.hidden_tests):
         files[path.relative_to(REPO).as_posix()] = path
     for name in REQUIREMENTS:
         files[name] = REPO / name
-    reference = (REPO / meta["reference"]).read_bytes()
+    reference = assignment.reference.read_bytes()
     leaked = [name for name, path in files.items() if path.read_bytes() == reference]
     if leaked:
         raise SystemExit(f"make_gradescope: the reference would be in the zip as {', '.join(leaked)}")
     if with_reference:
-        files[meta["reference"]] = REPO / meta["reference"]
-    return toml, files
+        files[assignment.reference.relative_to(REPO).as_posix()] = assignment.reference
+    return assignment, files
 
 
 def build(assignment_dir: Path, out: Path, with_reference: bool = False) -> Path:
-    toml, files = contents(assignment_dir, with_reference)
-    meta = toml["assignment"]
-    gpu_only = [name for name, spec in toml.get("rubric", {}).items() if spec.get("device") == "cuda"]
+    assignment, files = contents(assignment_dir, with_reference)
+    gpu_only = [name for name, area in assignment.areas.items() if area.device == "cuda"]
     if gpu_only and not with_reference:
         print(f"make_gradescope: no reference in the zip; on an image with a GPU, areas {', '.join(gpu_only)} "
               f"may need it (build --with-reference)", file=sys.stderr)
     rel = assignment_dir.resolve().relative_to(REPO).as_posix()
     scripts = {"setup.sh": SETUP_SH,
-               "run_autograder": RUN_AUTOGRADER.replace("@SUBMISSION@", _shell_word(meta["submission"]))
+               "run_autograder": RUN_AUTOGRADER.replace("@SUBMISSION@", _shell_word(assignment.submission))
                                                .replace("@ASSIGNMENT@", _shell_word(rel))}
     out.mkdir(parents=True, exist_ok=True)
-    target = out / f"{meta['id']}_autograder.zip"
-    tmp = target.with_name(f".{target.name}.tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+    target = out / f"{assignment.id}_autograder.zip"
+    with replacing(target, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, text in scripts.items():
             _add(zf, name, text.encode(), 0o755)
         for name, path in sorted(files.items()):
             _add(zf, name, path.read_bytes(), 0o644)
-    tmp.replace(target)
     return target
 
 
@@ -159,13 +157,17 @@ def _shell_word(text: str) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--assignment", type=Path, default=Path("assignment/l1_paged_kv_write"),
-                        help="folder holding assignment.toml, inside the repository")
+    parser.add_argument("--assignment", type=Path,
+                        help="folder holding assignment.toml, inside the repository (default: the only one "
+                             "under assignment/)")
     parser.add_argument("--out", type=Path, default=Path("build/gradescope"), help="where the zip goes")
     parser.add_argument("--with-reference", action="store_true",
                         help="ship the reference, for a GPU image whose hidden tests time against it")
     args = parser.parse_args(argv)
-    assignment = args.assignment if args.assignment.is_absolute() else REPO / args.assignment
+    if args.assignment is None:
+        assignment = Assignment.find().folder
+    else:
+        assignment = args.assignment if args.assignment.is_absolute() else REPO / args.assignment
     out = args.out if args.out.is_absolute() else REPO / args.out
     target = build(assignment, out, args.with_reference)
     digest = hashlib.sha256(target.read_bytes()).hexdigest()[:12]

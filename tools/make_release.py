@@ -10,10 +10,12 @@ tests, the corpus or the grader can leak in.
 import argparse
 import shutil
 import sys
-import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from grader.assignment import Assignment  # noqa: E402
 STATEMENTS = ("statement.en.md", "statement.zh.md")
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
@@ -48,24 +50,25 @@ def public_test_files(folder: Path) -> list[Path]:
 
 
 def build(assignment_dir: Path, out: Path) -> Path:
-    with open(assignment_dir / "assignment.toml", "rb") as f:
-        meta = tomllib.load(f)["assignment"]
-    bundle = out / meta["id"]
+    assignment = Assignment.load(assignment_dir)
+    if assignment.template is None or assignment.public_tests is None:
+        raise SystemExit(f"make_release: {assignment_dir}/assignment.toml needs `template` and `public_tests`")
+    bundle = out / assignment.id
     if bundle.exists():
         shutil.rmtree(bundle)
     (bundle / "tests").mkdir(parents=True)
 
-    shutil.copyfile(REPO / meta["template"], bundle / meta["submission"])
+    shutil.copyfile(assignment.template, bundle / assignment.submission)
     for name in STATEMENTS:
         shutil.copyfile(assignment_dir / name, bundle / name)
-    tests = REPO / meta["public_tests"]
+    tests = assignment.public_tests
     for src in public_test_files(tests):
         dst = bundle / "tests" / src.relative_to(tests)
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)
     (bundle / "Makefile").write_text(MAKEFILE, encoding="utf-8")
     (bundle / "README.md").write_text(
-        README.format(title=meta["title"], submission=meta["submission"]), encoding="utf-8")
+        README.format(title=assignment.title, submission=assignment.submission), encoding="utf-8")
 
     # The template is generated from the reference; if generation ever went
     # wrong, better no bundle than a bundle with the solution in it.

@@ -9,10 +9,12 @@ The reference marks each solution body with `### BEGIN SOLUTION` /
 """
 import argparse
 import sys
-import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from grader.assignment import Assignment  # noqa: E402
 
 # The reference's module docstring cites its own line numbers; once the bodies
 # are cleared those numbers no longer match this file, so the header says so.
@@ -42,9 +44,10 @@ def render(reference_text: str) -> str:
 
 
 def paths(assignment_dir: Path) -> tuple[Path, Path]:
-    with open(assignment_dir / "assignment.toml", "rb") as f:
-        meta = tomllib.load(f)["assignment"]
-    return REPO / meta["reference"], REPO / meta["template"]
+    assignment = Assignment.load(assignment_dir)
+    if assignment.template is None:
+        raise SystemExit(f"make_template: {assignment_dir}/assignment.toml names no `template`")
+    return assignment.reference, assignment.template
 
 
 def main(argv=None) -> int:

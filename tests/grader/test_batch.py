@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import toy_class
-from grader import batch, machines
+from grader import machines
 from grader.assignment import REPO
 from grader.batch import grade_all, publish
 from grader.cli import main
@@ -191,7 +191,7 @@ def test_sigterm_stops_the_batch_keeping_no_partial_report(tmp_path):
     assert proc.returncode == 130 and "run it again to resume" in err
     assert not list((tmp_path / "autograded").rglob("*.json*"))
     assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and str(tmp_path) in _cmdline(pid)]
-    toy_host = f"grader.warm_host\0--socket"
+    toy_host = "grader.warm_host\0--socket"
     assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and toy_host in _cmdline(pid)
                 and str(toy_class.TOY.folder) in _cmdline(pid)], "the slot's warm host outlived the batch"
 

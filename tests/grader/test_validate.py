@@ -1,10 +1,9 @@
 """The kill matrix (grader/validate.py): its logic on hand-made reports, and one real
 run of the quick adversarial submissions through the grader."""
+import argparse
 import json
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from grader import corpus as corp                     # noqa: E402
 from grader import validate as v                      # noqa: E402
 from grader.assignment import Assignment               # noqa: E402
 from grader.report import build                         # noqa: E402
@@ -40,7 +40,7 @@ def report(passed=(), partial=(), drop=True, uid=61234, device="cpu"):
 
 
 def entry(kind="wrong", name="bug", fails=(), deserves=None, without=None):
-    return v.Entry(kind, name, Path(f"{name}.py"), fails=tuple(fails), deserves=deserves,
+    return corp.Entry(kind, name, Path(f"{name}.py"), fails=tuple(fails), deserves=deserves,
                    deserves_without_drop=without)
 
 
@@ -68,11 +68,11 @@ def test_cells():
 
 
 def test_expectations():
-    assert set(v.expectations(REFERENCE, CPU).values()) == {"pass"}
-    wrong = v.expectations(entry(fails=["padding", "performance"]), CPU)
+    assert set(corp.expectations(REFERENCE, CPU).values()) == {"pass"}
+    wrong = corp.expectations(entry(fails=["padding", "performance"]), CPU)
     assert wrong["padding"] == "fail" and wrong["write"] == "pass" and "performance" not in wrong
-    assert set(v.expectations(entry("adversarial", deserves=0), CPU, 0.0).values()) == {"fail"}
-    assert set(v.expectations(entry("adversarial", deserves=5), CPU, 5.0).values()) == {None}
+    assert set(corp.expectations(entry("adversarial", deserves=0), CPU, 0.0).values()) == {"fail"}
+    assert set(corp.expectations(entry("adversarial", deserves=5), CPU, 5.0).values()) == {None}
 
 
 # -- judging one grading ------------------------------------------------------------------
@@ -141,7 +141,7 @@ def test_grader_failures_and_leftovers_are_problems():
 
 
 def right(device=None):
-    return v.Entry("right", "style", Path("style.py"), device=device, may_lose=("performance",))
+    return corp.Entry("right", "style", Path("style.py"), device=device, may_lose=("performance",))
 
 
 def test_right_entry_at_full_marks_is_fine():
@@ -170,8 +170,8 @@ def test_right_entry_may_lose_speed_points_and_the_matrix_shows_how_many():
 
 def test_a_cheat_may_not_outscore_its_honest_twin():
     cols = v.columns(ASSIGNMENT, "cuda")
-    twin = v.Entry("wrong", "slow", Path("slow.py"), fails=("performance",))
-    cheat = v.Entry("wrong", "cheat", Path("cheat.py"), fails=("performance",), no_more_than="slow")
+    twin = corp.Entry("wrong", "slow", Path("slow.py"), fails=("performance",))
+    cheat = corp.Entry("wrong", "cheat", Path("cheat.py"), fails=("performance",), no_more_than="slow")
 
     def rows(cheat_score, twin_score):
         made = [v.judge(twin, report(ALL - {"performance"}, device="cuda"), cols, device="cuda"),
@@ -197,12 +197,20 @@ def test_render_shows_every_row_and_problem():
 
 # -- reports against the schema -------------------------------------------------------------
 def test_schema_accepts_a_built_report_and_rejects_a_broken_one():
-    pytest.importorskip("jsonschema")
     good = report(passed={"slot_mapping"})
     assert v.schema_problems(good) == []
     broken = dict(good, score=-1)
     del broken["tests"]
     assert len(v.schema_problems(broken)) == 2
+
+
+def test_validate_refuses_to_run_without_jsonschema(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "jsonschema", None)        # import jsonschema now fails
+    args = argparse.Namespace(assignment=str(ASSIGNMENT.folder), only=None, fast=True, device="cpu",
+                              out=str(tmp_path / "v.json"), jobs=None, no_privilege_drop=False, reports_dir=None)
+    assert v.main(args) == 2
+    assert "jsonschema is not installed" in capsys.readouterr().err
+    assert not (tmp_path / "v.json").exists()
 
 
 # -- the corpus files ---------------------------------------------------------------------
@@ -221,15 +229,15 @@ def test_load_corpus_reads_both_files(tmp_path):
     corpus = write_corpus(tmp_path, '[a]\nbug = "x"\nfails = ["padding"]\n[b]\nfails = ["write"]\nfast = true\n',
                           '[c]\ndeserves = 0\ntrick = "t"\n[d]\ndeserves = 0\n'
                           'deserves_without_privilege_drop = "any"\nfast = true\n')
-    entries = v.load_corpus(ASSIGNMENT, corpus)
+    entries = corp.load_corpus(ASSIGNMENT, corpus)
     assert [e.label for e in entries] == ["reference", "wrong/a", "wrong/b", "adversarial/c", "adversarial/d"]
     c, d = entries[3], entries[4]
     assert (c.deserves, c.deserves_without_drop, d.deserves_without_drop) == (0.0, 0.0, None)
     assert entries[1].fails == ("padding",) and entries[1].note == "x"
-    assert [e.label for e in v.select(entries, fast=True)] == ["reference", "wrong/b", "adversarial/d"]
-    assert [e.label for e in v.select(entries, only=["a", "adversarial/c"])] == ["wrong/a", "adversarial/c"]
-    with pytest.raises(v.CorpusError):
-        v.select(entries, only=["nope"])
+    assert [e.label for e in corp.select(entries, fast=True)] == ["reference", "wrong/b", "adversarial/d"]
+    assert [e.label for e in corp.select(entries, only=["a", "adversarial/c"])] == ["wrong/a", "adversarial/c"]
+    with pytest.raises(corp.CorpusError):
+        corp.select(entries, only=["nope"])
 
 
 @pytest.mark.parametrize("wrong,adversarial,why", [
@@ -242,21 +250,21 @@ def test_load_corpus_reads_both_files(tmp_path):
     ("", "[c]\ndeserves = 0\ndeserves_without_privilege_drop = 'some'\n", "points"),
 ])
 def test_load_corpus_rejects_malformed_entries(tmp_path, wrong, adversarial, why):
-    with pytest.raises(v.CorpusError, match=why):
-        v.load_corpus(ASSIGNMENT, write_corpus(tmp_path, wrong, adversarial))
+    with pytest.raises(corp.CorpusError, match=why):
+        corp.load_corpus(ASSIGNMENT, write_corpus(tmp_path, wrong, adversarial))
 
 
 def test_load_corpus_reads_right_entries(tmp_path):
     corpus = write_corpus(tmp_path, '[a]\nfails = ["padding"]\n', "",
                           '[r]\nstyle = "triton.jit(f)"\nfast = true\n[g]\nstyle = "autotune"\ndevice = "cuda"\n')
-    entries = v.load_corpus(ASSIGNMENT, corpus)
+    entries = corp.load_corpus(ASSIGNMENT, corpus)
     assert [e.label for e in entries] == ["reference", "wrong/a", "right/r", "right/g"]
     r, g = entries[2], entries[3]
     assert (r.note, r.device, g.device) == ("triton.jit(f)", None, "cuda")
     assert r.may_lose == ("performance",)         # the areas scored on a curve
-    assert [e.label for e in v.select(entries, fast=True)] == ["reference", "wrong/a", "right/r"]
-    assert v.skip_reason(g, CPU, "cpu") == "runs on cuda only"
-    assert v.skip_reason(g, v.columns(ASSIGNMENT, "cuda"), "cuda") is None and v.skip_reason(r, CPU, "cpu") is None
+    assert [e.label for e in corp.select(entries, fast=True)] == ["reference", "wrong/a", "right/r"]
+    assert corp.skip_reason(g, CPU, "cpu") == "runs on cuda only"
+    assert corp.skip_reason(g, v.columns(ASSIGNMENT, "cuda"), "cuda") is None and corp.skip_reason(r, CPU, "cpu") is None
 
 
 @pytest.mark.parametrize("right,why", [
@@ -264,15 +272,15 @@ def test_load_corpus_reads_right_entries(tmp_path):
     ('[r]\nstyle = "x"\ndevice = "gpu"\n', "device"),
 ])
 def test_load_corpus_rejects_malformed_right_entries(tmp_path, right, why):
-    with pytest.raises(v.CorpusError, match=why):
-        v.load_corpus(ASSIGNMENT, write_corpus(tmp_path, right=right))
+    with pytest.raises(corp.CorpusError, match=why):
+        corp.load_corpus(ASSIGNMENT, write_corpus(tmp_path, right=right))
 
 
 def test_load_corpus_needs_each_file(tmp_path):
     corpus = write_corpus(tmp_path, '[a]\nfails = ["write"]\n')
     (corpus / "wrong" / "a.py").unlink()
-    with pytest.raises(v.CorpusError, match="no file"):
-        v.load_corpus(ASSIGNMENT, corpus)
+    with pytest.raises(corp.CorpusError, match="no file"):
+        corp.load_corpus(ASSIGNMENT, corpus)
 
 
 TINY_REFERENCE = '''"""The reference's own docstring."""
@@ -285,28 +293,28 @@ def add(x):
 
 
 def test_mutant_is_the_reference_with_its_edits_under_its_own_docstring():
-    text = v.mutant_source(TINY_REFERENCE, '"""Wrong: adds two."""\n', [{"old": "x + 1", "new": "x + 2"}], "w [a]")
+    text = corp.mutant_source(TINY_REFERENCE, '"""Wrong: adds two."""\n', [{"old": "x + 1", "new": "x + 2"}], "w [a]")
     assert text == '"""Wrong: adds two."""\nimport torch\n\n\ndef add(x):\n    return x + 2\n'
 
 
 @pytest.mark.parametrize("old,why", [("x + 3", "0 times"), ("\n", "times, not once")])
 def test_mutant_edit_that_does_not_match_once_is_an_error(old, why):
-    with pytest.raises(v.CorpusError, match=why):
-        v.mutant_source(TINY_REFERENCE, "", [{"old": old, "new": "y"}], "w [a]")
+    with pytest.raises(corp.CorpusError, match=why):
+        corp.mutant_source(TINY_REFERENCE, "", [{"old": old, "new": "y"}], "w [a]")
 
 
 def test_the_real_corpus_loads_and_fast_is_small(tmp_path):
-    entries = v.load_corpus(ASSIGNMENT, mutants=tmp_path)
+    entries = corp.load_corpus(ASSIGNMENT, mutants=tmp_path)
     reference = ASSIGNMENT.reference.read_text()
     for e in entries:       # every mutant is a real submission: it parses and differs from the reference
         if e.kind == "wrong":
             text = e.file.read_text()
             compile(text, str(e.file), "exec")
             assert text.split("import", 1)[1] != reference.split("import", 1)[1], e.name
-    fast = v.select(entries, fast=True)
+    fast = corp.select(entries, fast=True)
     assert fast[0].kind == "reference"
     wrong = [e for e in fast if e.kind == "wrong"]
-    assert all(e.fast for e in wrong) or len(wrong) <= v.FAST_WRONG
+    assert all(e.fast for e in wrong) or len(wrong) <= corp.FAST_WRONG
     assert {e.name for e in fast if e.kind == "adversarial"} <= set(QUICK)
     right = [e for e in entries if e.kind == "right"]
     assert len(right) >= 8 and all(e.note for e in right)
@@ -352,7 +360,7 @@ def test_quick_adversarial_submissions_score_nothing(tmp_path):
 
 
 def test_parallel_runs_start_with_what_was_slowest_last_time(tmp_path):
-    entries = [v.Entry("wrong", n, Path(f"{n}.py")) for n in ("quick", "slow", "new", "medium")]
+    entries = [corp.Entry("wrong", n, Path(f"{n}.py")) for n in ("quick", "slow", "new", "medium")]
     for name, wall in (("quick", 12.0), ("slow", 200.0), ("medium", 40.0)):
         (tmp_path / f"wrong-{name}.row.json").write_text(json.dumps({"rows": [{"wall_s": wall}]}))
     (tmp_path / "wrong-medium.row.json").write_text("{truncated")

@@ -1,0 +1,36 @@
+"""Writing a file so that a reader sees the old one or the new one, never half of either."""
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def replacing(path: Path, mode: str = "w", **open_args):
+    """Open a temporary file beside `path`; on a clean exit it is flushed to disk and renamed
+    over `path` (readable by all, as a plain write would leave it); on an error it is removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode, **open_args) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write(path: Path, data: str | bytes) -> None:
+    if isinstance(data, bytes):
+        with replacing(path, "wb") as f:
+            f.write(data)
+    else:
+        with replacing(path, "w", encoding="utf-8") as f:
+            f.write(data)
