@@ -41,6 +41,12 @@ class Entry:
     device: str | None = None         # right: graded only on this device (None: any)
     may_lose: tuple[str, ...] = ()    # right: areas scored on a curve, where speed may cost points
     no_more_than: str | None = None   # wrong: another wrong entry (its honest twin) it may not outscore
+    fails_on: tuple[tuple[str, tuple[str, ...]], ...] = ()   # wrong: (device, areas it fails there too)
+
+    def fails_here(self, device: str | None) -> tuple[str, ...]:
+        """The areas a wrong entry must fail when graded on `device`."""
+        extra = dict(self.fails_on).get(device, ())
+        return self.fails + tuple(a for a in extra if a not in self.fails)
 
     @property
     def stem(self) -> str:
@@ -122,9 +128,15 @@ def load_corpus(assignment: Assignment, corpus: Path | None = None, mutants: Pat
                 twin = spec.get("no_more_than")
                 if twin is not None and (not isinstance(twin, str) or twin not in table or twin == name):
                     raise CorpusError(f"{where}: `no_more_than` must name another entry of {path.name}")
+                fails_on = spec.get("fails_on", {})
+                if not isinstance(fails_on, dict) or not set(fails_on) <= {"cpu", "cuda"} or not all(
+                        isinstance(v, list) and set(v) <= set(assignment.areas) for v in fails_on.values()):
+                    raise CorpusError(f"{where}: `fails_on` must map \"cpu\" or \"cuda\" to a list of areas")
                 # An area gated by a failed one fails too: wrong.toml names only what the bug breaks.
                 entries.append(Entry(kind, name, file, str(spec.get("bug", "")),
-                                     assignment.with_dependents(fails), fast=fast, no_more_than=twin))
+                                     assignment.with_dependents(fails), fast=fast, no_more_than=twin,
+                                     fails_on=tuple((d, tuple(assignment.with_dependents(v)))
+                                                    for d, v in sorted(fails_on.items()))))
             elif kind == "right":
                 device = spec.get("device")
                 if device not in (None, "cpu", "cuda"):
@@ -163,13 +175,15 @@ def select(entries: list[Entry], only: list[str] | None = None, fast: bool = Fal
     return list(entries)
 
 
-def expectations(entry: Entry, cols: list[str], allowed: float | None = None) -> dict[str, str | None]:
+def expectations(entry: Entry, cols: list[str], allowed: float | None = None,
+                 device: str | None = None) -> dict[str, str | None]:
     if entry.kind == "reference":
         return {a: "pass" for a in cols}
     if entry.kind == "right":
         return {a: None if a in entry.may_lose else "pass" for a in cols}
     if entry.kind == "wrong":
-        return {a: "fail" if a in entry.fails else "pass" for a in cols}
+        fails = entry.fails_here(device)
+        return {a: "fail" if a in fails else "pass" for a in cols}
     if allowed is not None and allowed <= EPS:
         return {a: "fail" for a in cols}
     return {a: None for a in cols}     # only the total is judged

@@ -143,7 +143,7 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
         if elsewhere:
             row.notes.append(f"not graded here: {', '.join(elsewhere)}")
     if report is None:
-        row.expected = expectations(entry, cols, entry.deserves)
+        row.expected = expectations(entry, cols, entry.deserves, device)
         if not grade_error:
             row.problems.append("no report")
         return row
@@ -156,7 +156,7 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
     if missing:
         row.problems.append(f"report lacks areas {missing}")
     row.allowed = allowed_score(entry, report) if entry.kind == "adversarial" else None
-    row.expected = expectations(entry, cols, row.allowed)
+    row.expected = expectations(entry, cols, row.allowed, device)
     row.passed = area_passed(report, cols)
     row.cells = {a: cell(row.expected[a], row.passed[a]) for a in cols}
     if entry.kind == "reference":
@@ -417,7 +417,7 @@ def _run(assignment, entries, device, out, drop_privileges, echo, reports_dir, h
         prefix = f"[{i}/{len(entries)}] {entry.label}"
         skip = skip_reason(entry, cols, device)
         if skip:
-            row = Row(entry, expected=expectations(entry, cols), skipped=skip)
+            row = Row(entry, expected=expectations(entry, cols, device=device), skipped=skip)
             rows.append(row)
             echo(f"{prefix}: {summary_line(row)}")
             continue

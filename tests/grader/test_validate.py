@@ -240,7 +240,20 @@ def test_load_corpus_reads_both_files(tmp_path):
         corp.select(entries, only=["nope"])
 
 
+def test_a_wrong_entry_may_fail_more_areas_on_one_device(tmp_path):
+    """A crash the interpreter meets and the GPU does not: fails_on adds areas (and what they
+    gate) on that device only."""
+    corpus = write_corpus(tmp_path, '[a]\nfails = ["padding"]\nfails_on = { cpu = ["policy"] }\n', "")
+    (a,) = [e for e in corp.load_corpus(ASSIGNMENT, corpus) if e.kind == "wrong"]
+    on_cpu = corp.expectations(a, CPU, device="cpu")
+    assert on_cpu["policy"] == on_cpu["write"] == on_cpu["padding"] == "fail"     # write requires policy
+    on_gpu = corp.expectations(a, v.columns(ASSIGNMENT, "cuda"), device="cuda")
+    assert on_gpu["policy"] == on_gpu["write"] == "pass" and on_gpu["padding"] == "fail"
+
+
 @pytest.mark.parametrize("wrong,adversarial,why", [
+    ('[a]\nfails = ["write"]\nfails_on = { tpu = ["write"] }\n', "", "fails_on"),
+    ('[a]\nfails = ["write"]\nfails_on = { cpu = ["speed"] }\n', "", "fails_on"),
     ('[a]\nbug = "x"\n', "", "fails"),
     ('[a]\nfails = ["write"]\nno_more_than = "b"\n', "", "no_more_than"),
     ('[a]\nfails = ["write"]\nno_more_than = "a"\n', "", "no_more_than"),
