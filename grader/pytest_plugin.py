@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from .assignment import Assignment
-from .run import DEVICE_FILE
+from . import records
 from .sandbox import Confinement, SandboxFailure, Submission, SubmissionError, SubmissionUnavailable
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ class Grading:
                 self._reference.conf.release()
         if self._submission is not None:
             sub = self._submission
-            self.write("worker.json", {"restarts": sub.restarts, "failures": sub.failures[-20:],
+            self.write(records.WORKER, {"restarts": sub.restarts, "failures": sub.failures[-20:],
                                        "import_error": sub.unavailable})
             sub.close()
         self.confinement.release()      # its workers are gone: a grading host may hand the uid on
@@ -164,7 +164,7 @@ def pytest_configure(config):
     if config.getoption("--grader-submission"):
         grading = Grading(config)
         config.stash[_KEY] = grading
-        grading.write("sandbox.json", grading.confinement.describe())
+        grading.write(records.SANDBOX, grading.confinement.describe())
         if not config.option.collectonly:
             grading.submission()
             if grading.measures_here:
@@ -173,7 +173,7 @@ def pytest_configure(config):
                 grading.reference()
         if grading.device == "cuda":
             import torch
-            grading.write(DEVICE_FILE, {"device_name": torch.cuda.get_device_name(0),
+            grading.write(records.DEVICE, {"device_name": torch.cuda.get_device_name(0),
                                         "cuda": torch.version.cuda or ""})
 
 
@@ -222,7 +222,7 @@ def pytest_collection_modifyitems(session, config, items):
     runnable = [i for i in items if not i.get_closest_marker("skip")]
     if not config.option.collectonly and any("reference" in i.fixturenames for i in runnable):
         grading.reference()         # its worker imports while the other tests run
-    grading.write("collected.json", [{"nodeid": i.nodeid, "area": area_of(i), "contract": contract_of(i)}
+    grading.write(records.COLLECTED, [{"nodeid": i.nodeid, "area": area_of(i), "contract": contract_of(i)}
                                      for i in items])
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.metadata
-import json
 import os
 import platform
 import secrets
@@ -19,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+from . import records
 from . import report as reports
 from . import warm
 from .assignment import REPO, Assignment
@@ -28,7 +28,6 @@ from .sandbox.proxy import shared_tensor_root
 from .scoring import OUTCOMES, TestResult, score
 
 SUITE_TIMEOUT_S = 3600
-DEVICE_FILE = "device.json"     # the test process's word on the GPU it opened
 
 
 def _version(package: str) -> str:
@@ -40,7 +39,7 @@ def _version(package: str) -> str:
 
 def environment(device: str) -> dict:
     """What this process knows without importing torch; the test process adds the GPU's
-    name (DEVICE_FILE), since it is the one that opens the GPU."""
+    name (records.DEVICE), since it is the one that opens the GPU."""
     return {"device": device, "python": platform.python_version(), "torch": _version("torch"),
             "triton": _version("triton"), "platform": platform.platform(),
             "triton_interpreter": device == "cpu",
@@ -120,7 +119,7 @@ def _pytest_cmd(assignment: Assignment, submission: Path, device: str, seed: int
            "-p", "no:cacheprovider", "--rootdir", str(assignment.hidden_tests), "-c", os.devnull,
            "--grader-assignment", str(assignment.folder), "--grader-submission", str(submission),
            "--grader-device", device, "--grader-seed", str(seed), "--grader-state", str(state),
-           "--json-report", f"--json-report-file={state / 'pytest.json'}", "--json-report-omit", "log",
+           "--json-report", f"--json-report-file={state / records.PYTEST}", "--json-report-omit", "log",
            "-o", "console_output_style=count", "--tb=no", "-rN", "-v", "--no-header"]
     if not drop_privileges:
         cmd.append("--grader-no-uid")
@@ -191,7 +190,7 @@ def _collect_only(assignment: Assignment, problem: str) -> list[TestResult]:
     try:
         cmd = _pytest_cmd(assignment, assignment.reference, "cpu", 0, state, False, collect_only=True)
         _pytest(cmd, quiet=True)
-        collected = _read_json(state / "collected.json", list) or []
+        collected = records.read(state, records.COLLECTED, list) or []
     finally:
         shutil.rmtree(state, ignore_errors=True)
     return [TestResult(c["nodeid"], c["area"], c["contract"], "failed", problem) for c in collected]
@@ -217,11 +216,11 @@ def _run_suites(assignment, submission, device, seed, drop_privileges, instructo
         cmd = _pytest_cmd(assignment, submission.resolve(), device, seed, state, drop_privileges, False, protect,
                           roots)
         code, tail, how = _session(cmd, quiet, host)
-        collected = _read_json(state / "collected.json", list)
-        pytest_json = _read_json(state / "pytest.json", dict) or {}
-        sandbox = _read_json(state / "sandbox.json", dict) or {}
-        worker = _read_json(state / "worker.json", dict) or {}
-        opened = _read_json(state / DEVICE_FILE, dict) or {}
+        collected = records.read(state, records.COLLECTED, list)
+        pytest_json = records.read(state, records.PYTEST, dict) or {}
+        sandbox = records.read(state, records.SANDBOX, dict) or {}
+        worker = records.read(state, records.WORKER, dict) or {}
+        opened = records.read(state, records.DEVICE, dict) or {}
     finally:
         for folder in (state, *roots.values()):
             shutil.rmtree(folder, ignore_errors=True)
@@ -260,12 +259,3 @@ def _run_suites(assignment, submission, device, seed, drop_privileges, instructo
     elif code not in (0, 1) and problem is None and not pytest_json:
         problem = f"the test run ended abnormally (exit {code})"
     return results, sandbox, problem
-
-
-def _read_json(path: Path, kind: type):
-    """The parsed file if it holds a `kind`, else None (missing, truncated or tampered with)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, kind) else None
