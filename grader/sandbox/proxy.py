@@ -131,6 +131,10 @@ class Worker:
             "TRITON_CACHE_DIR": str(scratch / "triton-cache"),
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONUNBUFFERED": "1",
+            # OpenBLAS (numpy's, loaded by the interpreter) maps a buffer per thread at import,
+            # one thread per core: on the 16-core H200 runner that met a 1 GiB data limit
+            # ("Memory allocation still failed after 10 retries") before the worker said hello.
+            "OPENBLAS_NUM_THREADS": str(min(4, len(os.sched_getaffinity(0)))),
         }
         for key in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "PYTHONPATH", "NCCL_NVLS_ENABLE",
                     "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):

@@ -312,3 +312,18 @@ def test_an_unprivileged_grader_gets_the_namespaces_through_a_user_namespace():
     run = subprocess.run([sys.executable, "-s", "-c", code], user=uid, group=uid, extra_groups=[],
                          capture_output=True, text=True, cwd="/", env={"PATH": os.environ["PATH"]})
     assert run.stdout.startswith("True"), run.stdout + run.stderr[-2000:]
+
+
+def test_a_worker_starts_few_blas_threads_whatever_the_machine(tmp_path):
+    """numpy's OpenBLAS maps a buffer per thread at import, a thread per core: on a 16-core GPU
+    runner a CPU worker under a 1 GiB data limit could not even start. Its environment caps them."""
+    (tmp_path / "env_probe.py").write_text(
+        "import os\n\ndef add_into(x, y):\n    x.add_(y)\n\n"
+        "def echo(name):\n    return os.environ.get(name)\n")
+    conf = Confinement.prepare("cpu", [], want_uid=False)
+    sub = Submission(tmp_path / "env_probe.py", ["add_into", "echo"], torch.device("cpu"), conf, timeout=60)
+    try:
+        threads = sub.echo("OPENBLAS_NUM_THREADS")
+        assert threads is not None and 1 <= int(threads) <= 4
+    finally:
+        sub.close()
