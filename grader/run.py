@@ -23,7 +23,7 @@ from . import report as reports
 from . import warm
 from .assignment import REPO, Assignment
 from .machines import resolve_device
-from .sandbox.confine import become_subreaper, kill_tree
+from .sandbox.processes import become_subreaper, kill_tree
 from .sandbox.proxy import shared_tensor_root
 from .scoring import OUTCOMES, TestResult, score
 

@@ -35,7 +35,7 @@ from .corpus import EPS, CorpusError, Entry, expectations, load_corpus, select, 
 from . import results
 from .files import atomic_write
 from .report import SCHEMA
-from .sandbox.confine import become_subreaper, descendants, reap_children
+from .sandbox.processes import alive, become_subreaper, descendants, describe, processes_of, reap_children
 from .warm import HOST_ENV, WarmHost
 
 # How far a cheat may score above its honest twin (`no_more_than`) before validate calls the cheat
@@ -251,40 +251,6 @@ def schema_problems(report: dict) -> list[str]:
             for e in validator.iter_errors(report)][:10]
 
 
-def _describe(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        cmd = "?"
-    return f"pid {pid} ({cmd[:120]})"
-
-
-def _alive(pid: int) -> bool:
-    """In /proc and not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def processes_of(uid: int) -> set[int]:
-    """Processes with uid as any of their real, effective, saved or file-system uids."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/status") as f:
-                uids = next(line for line in f if line.startswith("Uid:")).split()[1:]
-        except (OSError, StopIteration):
-            continue
-        if str(uid) in uids:
-            found.add(int(entry))
-    return found
-
-
 def stray_processes(uid: int | None, root: int | None = None, keep: set[int] = frozenset()) -> list[int]:
     """Live processes of the workers' uid, and live descendants of root (default: us), but
     for `keep` (a warm host and its reference worker) unless they run as the workers' uid."""
@@ -293,7 +259,7 @@ def stray_processes(uid: int | None, root: int | None = None, keep: set[int] = f
     if uid is not None:
         found |= processes_of(uid)
     found.discard(os.getpid())
-    return sorted(p for p in found if _alive(p))
+    return sorted(p for p in found if alive(p))
 
 
 def host_processes(host: WarmHost | None) -> set[int]:
@@ -312,7 +278,7 @@ def leftovers_after(uid: int | None, keep: set[int] = frozenset()) -> list[str]:
         if not strays or time.monotonic() > end:
             break
         time.sleep(0.1)
-    seen = [_describe(p) for p in strays]
+    seen = [describe(p) for p in strays]
     for pid in strays:
         try:
             os.kill(pid, signal.SIGKILL)

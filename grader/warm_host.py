@@ -64,7 +64,7 @@ class Host:
         self.roots: dict[str, Path] = {}
 
     def start(self, roots: dict[str, Path]) -> None:
-        from .sandbox.confine import become_subreaper
+        from .sandbox.processes import become_subreaper
         become_subreaper()      # what a worker leaves behind is re-parented here, and swept
         import pytest  # noqa: F401
         import torch
@@ -146,7 +146,7 @@ class Host:
 
         from . import pytest_plugin
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        from .sandbox.confine import kill_tree
+        from .sandbox.processes import kill_tree
         if pytest_plugin.WARM is not None:
             pytest_plugin.WARM.close()
         kill_tree(os.getpid())
@@ -165,7 +165,7 @@ def _watch(conn: socket.socket, done: threading.Event) -> None:
     except OSError:
         pass
     if not done.is_set():
-        from .sandbox.confine import kill_tree
+        from .sandbox.processes import kill_tree
         kill_tree(os.getpid())
         os._exit(70)
 

@@ -17,7 +17,6 @@ report says which were in force:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import hashlib
 import importlib.util
@@ -25,7 +24,6 @@ import os
 import pwd
 import random
 import resource
-import signal
 import stat
 import subprocess
 import sys
@@ -37,93 +35,12 @@ from functools import cache
 from pathlib import Path
 
 from . import isolate
+from .processes import proc_table, become_subreaper
 
-PR_SET_CHILD_SUBREAPER = 36
 OUTPUT_LIMIT = 64 << 20           # bytes a worker may write to its log
 CPU_ADDRESS_SPACE = 64 << 30      # generous: the 100k-block caches are mapped, not resident
 UID_RANGE = range(61000, 62000)
 PROBE_VALID_S = 3600
-
-
-def become_subreaper() -> bool:
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def _proc_table() -> dict[int, tuple[int, int]]:
-    """pid -> (ppid, uid) for every visible process."""
-    table = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/status") as f:
-                fields = dict(line.split(":", 1) for line in f if ":" in line)
-            table[int(entry)] = (int(fields["PPid"]), int(fields["Uid"].split()[1]))
-        except (OSError, KeyError, ValueError):
-            continue
-    return table
-
-
-def children_of(pid: int) -> list[int]:
-    return [p for p, (ppid, _) in _proc_table().items() if ppid == pid]
-
-
-def descendants(root: int) -> list[int]:
-    table = _proc_table()
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    found, stack = [], [root]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            found.append(child)
-            stack.append(child)
-    return found
-
-
-def kill_tree(root: int, uid: int | None = None) -> None:
-    """SIGKILL cannot be ignored; sweep twice to catch processes forked mid-sweep."""
-    for _ in range(3):
-        victims = set(descendants(root))
-        if uid is not None:
-            victims |= {pid for pid, (_, u) in _proc_table().items() if u == uid}
-        victims.discard(os.getpid())
-        if not victims:
-            return
-        for pid in victims:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.05)
-        reap_children()
-
-
-def reap_children() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
-def private_rss(pid: int) -> int:
-    """Anonymous resident bytes of pid and its descendants (shared tensors are file pages)."""
-    total = 0
-    for p in [pid, *descendants(pid)]:
-        try:
-            with open(f"/proc/{p}/status") as f:
-                for line in f:
-                    if line.startswith("RssAnon:"):
-                        total += int(line.split()[1]) * 1024
-        except OSError:
-            continue
-    return total
 
 
 def default_memory_limit() -> int:
@@ -280,7 +197,7 @@ def _private_dir() -> Path:
 def _free_uid() -> tuple[int, int]:
     """(uid, its lock's fd): a uid no process or account uses, locked so that gradings running
     side by side never share one (each kills every process of its uid when it cleans up)."""
-    used = {u for _, u in _proc_table().values()} | {p.pw_uid for p in pwd.getpwall()}
+    used = {u for _, u in proc_table().values()} | {p.pw_uid for p in pwd.getpwall()}
     locks = _private_dir()
     candidates = [u for u in UID_RANGE if u not in used]
     random.shuffle(candidates)

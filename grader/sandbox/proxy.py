@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import wire
-from .confine import Confinement, children_of, kill_tree, private_rss
+from .confine import Confinement
+from .processes import children_of, kill_tree, private_rss
 
 # torch is imported where a tensor is first handled, not here: the worker is spawned before
 # that, so its own imports overlap the test process's (seconds each).

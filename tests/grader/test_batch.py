@@ -18,7 +18,7 @@ from grader.batch import grade_all, publish
 from grader.cli import main
 from grader.course import Course
 from grader.gradebook import default_db_url
-from grader.sandbox.confine import children_of
+from grader.sandbox.processes import children_of
 from toy_class import validate_report
 
 

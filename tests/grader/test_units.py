@@ -139,7 +139,7 @@ def test_the_graders_own_process_does_not_import_torch():
     import sys
     code = ("import sys; from grader import cli, run, batch, validate, pytest_plugin, machines; "
             "from grader.sandbox import Submission, Confinement; "
-            "from grader.sandbox.confine import kill_tree; "
+            "from grader.sandbox.processes import kill_tree; "
             "machines.resolve_device('auto'); run.environment('cpu'); run.precheck(run.REPO / 'reference' / "
             "'l1_paged_kv_write.py', cli.Assignment.load('assignment/l1_paged_kv_write')); "
             "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")

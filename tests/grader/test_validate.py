@@ -16,6 +16,7 @@ from grader import corpus as corp                     # noqa: E402
 from grader import validate as v                      # noqa: E402
 from grader.assignment import Assignment               # noqa: E402
 from grader.report import build                         # noqa: E402
+from grader.sandbox.processes import processes_of     # noqa: E402
 from grader.scoring import TestResult, score            # noqa: E402
 
 ASSIGNMENT = Assignment.load(REPO / "assignment" / "l1_paged_kv_write")
@@ -367,7 +368,7 @@ def test_quick_adversarial_submissions_score_nothing(tmp_path):
         assert v.schema_problems(rep) == []
         uid = rep["extra_data"]["sandbox"].get("uid")
         if uid is not None:
-            assert not v.processes_of(uid), name
+            assert not processes_of(uid), name
     assert run.returncode == 0, run.stdout[-3000:]
     assert not pwned.exists(), "the grader unpickled a submission's answer"
 

@@ -15,8 +15,7 @@ import pytest
 
 from grader.assignment import REPO, Assignment
 from grader.machines import resolve_device
-from grader.sandbox.confine import descendants
-from grader.validate import processes_of
+from grader.sandbox.processes import descendants, processes_of
 from grader.warm import HOST_ENV, WarmHost
 from toy_class import SUBMISSIONS, TOY
 
