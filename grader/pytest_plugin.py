@@ -52,18 +52,26 @@ class Grading:
         self.want_uid = not opt("--grader-no-uid")
         self.protect = [Path(p) for p in opt("--grader-protect")]
         self.roots = {"scratch_root": opt("--grader-scratch-root"), "exchange_root": opt("--grader-exchange-root")}
-        self.confinement = self._confinement()
+        self._spare = WARM.spare_for(self) if WARM is not None else None
+        if self._spare is not None:
+            self.confinement = self._spare.conf
+            self.confinement.close_paths(self.assignment.protected_paths() + self.protect)
+        else:
+            self.confinement = self._confinement()
         self._submission: Submission | None = None
         self._reference: Submission | None = None
 
-    def _confinement(self) -> Confinement:
-        conf = Confinement.prepare(self.device, self.assignment.protected_paths() + self.protect,
-                                   want_uid=self.want_uid)
+    def _confinement(self, protect: list[Path] | None = None) -> Confinement:
+        protect = self.assignment.protected_paths() + self.protect if protect is None else protect
+        conf = Confinement.prepare(self.device, protect, want_uid=self.want_uid)
         if self.assignment.worker_memory_bytes:
             conf.memory_limit = self.assignment.worker_memory_bytes
         return conf
 
     def submission(self) -> Submission:
+        if self._submission is None and self._spare is not None:
+            self._spare.adopt(self.submission_path)      # its worker is up and has not imported
+            self._submission, self._spare = self._spare, None
         if self._submission is None:
             self._submission = Submission(self.submission_path, list(self.assignment.functions),
                                           self.device, self.confinement, self.assignment.call_timeout_s,
@@ -105,17 +113,60 @@ class Grading:
             self.write(records.WORKER, {"restarts": sub.restarts, "failures": sub.failures[-20:],
                                        "import_error": sub.unavailable})
             sub.close()
+        if self._spare is not None:     # taken, but the run never asked for the submission
+            self._spare.close()
         self.confinement.release()      # its workers are gone: a grading host may hand the uid on
+        if WARM is not None:
+            WARM.start_spare(self)
 
 
 class Warm:
     """What a grading host (grader/warm_host.py) keeps from one grading to the next: the
-    reference's worker, whose start, import and compiles are the same for every submission.
-    Nothing of a submission: its worker, uid and folders end with its grading."""
+    reference's worker, whose start, import and compiles are the same for every submission,
+    and a spare worker started for the next submission before it arrives. Nothing of a
+    submission: its worker, uid and folders end with its grading."""
 
     def __init__(self, roots: dict[str, Path]):
         self.roots = roots          # the host's own folders: a grading's are removed when it ends
         self._references: dict[tuple, Submission] = {}
+        self._spare: tuple[tuple, Submission] | None = None
+        self.spare_used = False     # whether the last grading took the spare
+
+    @staticmethod
+    def _spare_key(grading: Grading) -> tuple:
+        return (grading.submission_path.name, grading.device, grading.want_uid)
+
+    def start_spare(self, grading: Grading) -> None:
+        """Once a grading is over (its workers gone, its uid handed back): a worker for the next
+        one, started now, so that its imports are done by the time that grading asks for it.
+        It holds an empty placeholder of the file's name until the grading puts its file there
+        (Submission.adopt); it gets the grading's own closed paths then."""
+        self._close_spare()
+        a = grading.assignment
+        placeholder = Path(self.roots["scratch_root"]) / grading.submission_path.name
+        placeholder.write_text("")
+        spare = Submission(placeholder, list(a.functions), grading.device,
+                           grading._confinement(protect=a.protected_paths()), a.call_timeout_s,
+                           a.time_budget_s, **self.roots)
+        spare.start()
+        self._spare = (self._spare_key(grading), spare)
+
+    def spare_for(self, grading: Grading) -> Submission | None:
+        """The spare, if it suits this grading (the same file name, device and uid policy) and
+        its worker is still there; else None, and the grading starts its own."""
+        key, spare = self._spare or (None, None)
+        self._spare = None
+        self.spare_used = spare is not None and key == self._spare_key(grading) and spare.started
+        if spare is not None and not self.spare_used:
+            spare.close()
+            spare.conf.release()
+        return spare if self.spare_used else None
+
+    def _close_spare(self) -> None:
+        if self._spare is not None:
+            self._spare[1].close()
+            self._spare[1].conf.release()
+            self._spare = None
 
     def reference(self, grading: Grading) -> Submission:
         a = grading.assignment
@@ -145,6 +196,7 @@ class Warm:
         reference.conf.release()
 
     def close(self) -> None:
+        self._close_spare()
         for ref in list(self._references.values()):
             self._drop(ref)
 

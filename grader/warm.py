@@ -138,6 +138,7 @@ def run_session(address: str, argv: list[str], quiet: bool, timeout_s: float,
             msg = _message(line)
             if "exit" in msg:
                 code = msg["exit"]
+                host["spare_worker"] = msg.get("spare") is True
                 break
             text = str(msg.get("out", ""))
             tail.append(text)

@@ -105,7 +105,8 @@ class Host:
         code = self._session(argv, _Stream(conn))
         self._tidy()
         done.set()
-        _send(conn, {"exit": code})
+        from . import pytest_plugin
+        _send(conn, {"exit": code, "spare": pytest_plugin.WARM.spare_used})
 
     def _session(self, argv: list[str], out: _Stream) -> int:
         import pytest

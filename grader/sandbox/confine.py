@@ -97,11 +97,7 @@ class Confinement:
                 uid, ok, why = None, False, str(exc)
             if ok:
                 conf.uid = uid
-                for path in protect:
-                    if path.exists():
-                        mode = stat.S_IMODE(path.stat().st_mode)
-                        path.chmod(mode & 0o700)
-                        conf.protected.append(str(path))
+                conf.close_paths(protect)
             else:
                 conf.reason = f"a worker under uid {uid} cannot work here: {why}. Workers run as root"
                 conf.release()
@@ -124,6 +120,18 @@ class Confinement:
             os.setgroups([])
             os.setgid(self.uid)
             os.setuid(self.uid)
+
+    def close_paths(self, paths: list[Path]) -> None:
+        """Close these paths to the worker's uid (mode 0700 for the grader's user alone). Before
+        the worker imports the submission: a worker started ahead (a grading host's spare,
+        grader/warm_host.py) gets its grading's paths closed when the grading takes it."""
+        if self.uid is None:
+            return
+        for path in map(Path, paths):
+            if path.exists() and str(path) not in self.protected:
+                mode = stat.S_IMODE(path.stat().st_mode)
+                path.chmod(mode & 0o700)
+                self.protected.append(str(path))
 
     def release(self) -> None:
         """Give the uid back for other gradings to use, once none of its processes is left

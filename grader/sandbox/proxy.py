@@ -317,6 +317,19 @@ class Submission:
                                   [str(self.exchange_dir)])
             self._up = self._greeted = False
 
+    def adopt(self, module: Path) -> None:
+        """Put the submission's file in place of the placeholder a worker was started with ahead
+        of its grading (a grading host's spare): the worker reads it only when told to import."""
+        if self.loaded or Path(module).name != self.module.name:
+            raise ValueError(f"{module} cannot take the place of {self.module}")
+        shutil.copy(module, self.module)
+        self.conf.own(self.module)
+
+    @property
+    def started(self) -> bool:
+        """A worker was spawned and has not ended."""
+        return self._worker is not None and self._worker.proc.poll() is None
+
     @property
     def loaded(self) -> bool:
         """Whether the submission's file has been imported in the current worker."""

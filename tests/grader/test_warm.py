@@ -40,6 +40,16 @@ def _grade(assignment: Assignment, submission: Path, report: Path, device: str, 
     return json.loads(report.read_text())
 
 
+def _handed_in(folder: Path, file: Path | str, assignment: Assignment = TOY) -> Path:
+    """A file under the name a student hands it in as (a host's spare worker is started for a
+    file of the last one's name). `file`: a path, or the name of a toy submission."""
+    source = Path(file) if isinstance(file, Path) else SUBMISSIONS / file
+    dest = folder / f"{source.stem}-{len(list(folder.iterdir()))}" / assignment.submission
+    dest.parent.mkdir()
+    dest.write_bytes(source.read_bytes())
+    return dest
+
+
 def _verdicts(report: dict, assignment: Assignment) -> list[tuple]:
     """What a grading decided, test by test: scores outside areas scored on a measured curve,
     whose figures differ between any two runs; outcome and hint everywhere."""
@@ -61,37 +71,41 @@ def l1_host():
 
 
 def test_hostile_gradings_leave_nothing_for_the_next_in_the_same_host(tmp_path, l1_host):
-    """The reference graded in a host right after a daemon forger and a parent killer gets the
-    verdicts a cold grading of the reference gets with the same seed, and nothing of theirs
-    (a process of their uid) outlives their grading."""
+    """The reference graded in a host right after a daemon forger and a parent killer, by the
+    worker the host started right after them, gets the verdicts a cold grading of the reference
+    gets with the same seed, and nothing of theirs (a process of their uid) outlives their grading."""
     host, device = l1_host
     cold = _grade(L1, L1.reference, tmp_path / "cold.json", device, None)
     assert _how(cold) == {"warm": False}
     for name in ("detached_rewriter", "kill_parent"):
-        hostile = _grade(L1, CORPUS / "adversarial" / f"{name}.py", tmp_path / f"{name}.json", device, host)
+        hostile = _grade(L1, _handed_in(tmp_path, CORPUS / "adversarial" / f"{name}.py", L1), tmp_path / f"{name}.json",
+                         device, host)
         assert hostile["score"] == 0, name
         uid = hostile["extra_data"]["sandbox"]["uid"]
         if uid is not None:
             assert not processes_of(uid), f"{name} left processes of its uid behind"
-    warm = _grade(L1, L1.reference, tmp_path / "warm.json", device, host)
-    assert _how(warm)["warm"] is True and _how(warm)["session"] >= 2
+    warm = _grade(L1, _handed_in(tmp_path, L1.reference, L1), tmp_path / "warm.json", device, host)
+    # in the host that graded them, with the worker it started right after them (its spare)
+    assert _how(warm)["warm"] is True and _how(warm)["session"] == 3 and _how(warm)["spare_worker"] is True
     assert warm["extra_data"]["problem"] is None and cold["extra_data"]["problem"] is None
     assert _verdicts(warm, L1) == _verdicts(cold, L1)
 
 
 def test_a_host_keeps_only_its_reference_between_gradings(tmp_path):
-    """Between two gradings the host's processes are itself and the reference's worker: the
-    submission's worker, and what it forked off, are gone; the next grading scores as a cold one."""
+    """Between two gradings the host's processes are itself, the reference's worker and the
+    spare started for the next grading: the submission's worker, and what it forked off, are
+    gone; the next grading scores as a cold one."""
     host = WarmHost(TOY.folder, "cpu", {})
     try:
-        first = _grade(TOY, SUBMISSIONS / "daemon_and_memory.py", tmp_path / "a.json", "cpu", host)
+        first = _grade(TOY, _handed_in(tmp_path, "daemon_and_memory.py"), tmp_path / "a.json", "cpu", host)
         left = descendants(host.proc.pid)
         uid = first["extra_data"]["sandbox"]["uid"]
         assert uid is None or not processes_of(uid)
-        assert len(left) <= 1, f"the host kept {len(left)} processes between gradings"
-        second = _grade(TOY, SUBMISSIONS / "good.py", tmp_path / "b.json", "cpu", host)
+        assert len(left) <= 2, f"the host kept {len(left)} processes between gradings"
+        second = _grade(TOY, _handed_in(tmp_path, "good.py"), tmp_path / "b.json", "cpu", host)
         cold = _grade(TOY, SUBMISSIONS / "good.py", tmp_path / "c.json", "cpu", None)
-        assert _how(second) == {"warm": True, "session": 2, "host_pid": host.proc.pid}
+        # the second grading's worker was started while the host waited for it (its spare)
+        assert _how(second) == {"warm": True, "session": 2, "host_pid": host.proc.pid, "spare_worker": True}
         assert second["score"] == second["max_score"]
         assert _verdicts(second, TOY) == _verdicts(cold, TOY)
     finally:
@@ -114,10 +128,10 @@ def test_a_grading_that_goes_away_takes_the_host_down_with_its_workers(tmp_path)
         os.killpg(proc.pid, signal.SIGTERM)      # as grade-all stops a grading past its time
         proc.wait(timeout=60)
         host.proc.wait(timeout=30)
-        assert host.proc.returncode != 0
+        assert host.proc.returncode != 0, host.log_tail()
         report = _grade(TOY, SUBMISSIONS / "good.py", tmp_path / "g.json", "cpu", host)
-        assert host.proc.pid != first_host and _how(report)["session"] == 1
-        assert report["score"] == report["max_score"]
+        assert host.proc.pid != first_host and _how(report)["session"] == 1, _how(report)
+        assert report["score"] == report["max_score"], [t["output"] for t in report["tests"] if t["output"]]
     finally:
         host.close()
 
