@@ -126,8 +126,9 @@ class Warm:
     and a spare worker started for the next submission before it arrives. Nothing of a
     submission: its worker, uid and folders end with its grading."""
 
-    def __init__(self, roots: dict[str, Path]):
+    def __init__(self, roots: dict[str, Path], spare: bool = True):
         self.roots = roots          # the host's own folders: a grading's are removed when it ends
+        self.spare = spare          # start each grading's worker ahead (see start_spare)
         self._references: dict[tuple, Submission] = {}
         self._spare: tuple[tuple, Submission] | None = None
         self.spare_used = False     # whether the last grading took the spare
@@ -142,6 +143,8 @@ class Warm:
         It holds an empty placeholder of the file's name until the grading puts its file there
         (Submission.adopt); it gets the grading's own closed paths then."""
         self._close_spare()
+        if not self.spare:
+            return
         a = grading.assignment
         placeholder = Path(self.roots["scratch_root"]) / grading.submission_path.name
         placeholder.write_text("")

@@ -315,11 +315,23 @@ def grade_entry(entry: Entry, assignment: Assignment, device: str, report_path: 
                 log_path: Path, drop_privileges: bool = True, timeout: float | None = None,
                 host_env: dict[str, str] | None = None) -> tuple[dict | None, str | None, float]:
     """(report or None, why there is none or the command failed, wall seconds). `host_env`
-    names a warm grading host to run the suites in (grader/warm.py)."""
+    names a warm grading host to run the suites in (grader/warm.py). The entry is handed in
+    under the assignment's file name, as a student's file is, so that it is graded as one
+    (a warm host's spare worker, started for a file of that name, takes it)."""
+    handed_in = Path(tempfile.mkdtemp(prefix="grader-handin-"))      # 0700: no worker reads it
+    try:
+        file = handed_in / assignment.submission
+        shutil.copy(entry.file, file)
+        return _grade_file(file, assignment, device, report_path, log_path, drop_privileges, timeout, host_env)
+    finally:
+        shutil.rmtree(handed_in, ignore_errors=True)
+
+
+def _grade_file(file, assignment, device, report_path, log_path, drop_privileges, timeout, host_env):
     timeout = timeout or 2 * assignment.time_budget_s + 900
     report_path.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "grader", "grade", "--assignment", str(assignment.folder),
-           "--submission", str(entry.file), "--report", str(report_path), "--device", device, "--quiet"]
+           "--submission", str(file), "--report", str(report_path), "--device", device, "--quiet"]
     if not drop_privileges:
         cmd.append("--no-privilege-drop")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))

@@ -8,7 +8,7 @@ its uid, its folders and every process it left are gone before the next session 
 the host ends itself rather than go on after anything it cannot vouch for: a grading that
 went away mid-session, a GPU that no longer answers, or MAX_SESSIONS served.
 
-    python -m grader.warm_host --socket PATH --assignment DIR --device cpu|cuda --scratch DIR --exchange DIR
+    python -m grader.warm_host --socket PATH --assignment DIR --device cpu|cuda --scratch DIR --exchange DIR [--spare]
 """
 from __future__ import annotations
 
@@ -62,6 +62,7 @@ class Host:
         self.device = args.device
         self.sessions = 0
         self.roots: dict[str, Path] = {}
+        self.spare = args.spare
 
     def start(self, roots: dict[str, Path]) -> None:
         from .sandbox.processes import become_subreaper
@@ -73,7 +74,7 @@ class Host:
         if self.device == "cuda":
             torch.empty(1, device="cuda")
         self.roots = roots
-        pytest_plugin.WARM = pytest_plugin.Warm(roots)
+        pytest_plugin.WARM = pytest_plugin.Warm(roots, spare=self.spare)
 
     def refusal(self, argv: list) -> str | None:
         """Why this host will not run a session with these arguments, or None."""
@@ -178,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", choices=["cpu", "cuda"], required=True)
     p.add_argument("--scratch", required=True, help="a folder (0711) for the reference worker's files")
     p.add_argument("--exchange", required=True, help="a folder (0711) for the reference's shared tensors")
+    p.add_argument("--spare", action="store_true", help="start each grading's worker once the last grading is over")
     args = p.parse_args(argv)
     parent = os.getppid()
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

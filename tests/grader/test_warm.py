@@ -65,7 +65,7 @@ def _how(report: dict) -> dict:
 @pytest.fixture
 def l1_host():
     device = resolve_device("auto")
-    host = WarmHost(L1.folder, device, {})
+    host = WarmHost(L1.folder, device, {}, spare=True)
     yield host, device
     host.close()
 
@@ -95,7 +95,7 @@ def test_a_host_keeps_only_its_reference_between_gradings(tmp_path):
     """Between two gradings the host's processes are itself, the reference's worker and the
     spare started for the next grading: the submission's worker, and what it forked off, are
     gone; the next grading scores as a cold one."""
-    host = WarmHost(TOY.folder, "cpu", {})
+    host = WarmHost(TOY.folder, "cpu", {}, spare=True)
     try:
         first = _grade(TOY, _handed_in(tmp_path, "daemon_and_memory.py"), tmp_path / "a.json", "cpu", host)
         left = descendants(host.proc.pid)
