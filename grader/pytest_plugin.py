@@ -111,7 +111,7 @@ class Grading:
         if self._submission is not None:
             sub = self._submission
             self.write(records.WORKER, {"restarts": sub.restarts, "failures": sub.failures[-20:],
-                                       "import_error": sub.unavailable})
+                                       "import_error": sub.unavailable, "timings": sub.timings})
             sub.close()
         if self._spare is not None:     # taken, but the run never asked for the submission
             self._spare.close()

@@ -295,6 +295,9 @@ class Submission:
         self.memory_in_a_row = 0               # calls that met the memory limit since the last answer
         self.failures: list[str] = []          # instructor detail: worker deaths and log tails
         self.last_observed: dict | None = None # what the worker saw the last answered call do
+        # Where the first worker's start went, in seconds (instructor detail): how long the run
+        # waited for it to be up (torch imported, the GPU opened), and its import of the file.
+        self.timings: dict[str, float] = {}
 
     @cached_property
     def exchange(self) -> "Exchange":
@@ -348,6 +351,7 @@ class Submission:
         self.start()
         worker = self._worker
         if not self._up:
+            waited = time.monotonic()
             try:
                 up, _ = worker.request({}, self.timeout)
             except SandboxFailure as exc:
@@ -356,6 +360,7 @@ class Submission:
             if not up.get("held"):
                 raise WorkerCrashed(f"the grader's worker process did not start: {self._refused(up)}")
             self._up = True
+            self.timings.setdefault("waited_for_worker_s", round(time.monotonic() - waited, 3))
         return worker
 
     def _ready_worker(self) -> Worker:
@@ -363,6 +368,7 @@ class Submission:
             raise SubmissionUnavailable(self.unavailable)
         worker = self._up_worker()
         if not self._greeted:
+            started = time.monotonic()
             try:
                 hello, _ = worker.request({"op": "load"}, self.timeout)
             except SandboxFailure as exc:
@@ -376,6 +382,7 @@ class Submission:
                 raise SubmissionUnavailable(self.unavailable)
             self.present = [f for f in hello.get("functions", []) if f in self.functions]
             self._greeted = True
+            self.timings.setdefault("import_s", round(time.monotonic() - started, 3))
         return worker
 
     def _refused(self, reply: dict) -> str:

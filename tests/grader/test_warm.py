@@ -107,6 +107,8 @@ def test_a_host_keeps_only_its_reference_between_gradings(tmp_path):
         # the second grading's worker was started while the host waited for it (its spare)
         assert _how(second) == {"warm": True, "session": 2, "host_pid": host.proc.pid, "spare_worker": True}
         assert second["score"] == second["max_score"]
+        # where its worker's start went, for the instructor: the wait for it, and the import
+        assert set(second["extra_data"]["instructor"]["worker"]["timings"]) == {"waited_for_worker_s", "import_s"}
         assert _verdicts(second, TOY) == _verdicts(cold, TOY)
     finally:
         host.close()
