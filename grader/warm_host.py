@@ -185,10 +185,14 @@ def main(argv: list[str] | None = None) -> int:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
     try:
-        server.bind(args.socket)        # first, so a grading can connect while we import
+        # First, so a grading can connect while we import. Bound under another name and
+        # renamed once listening: the manager takes the path's existence to mean a host that
+        # answers, and a connect between bind and listen is refused (the grading ran cold).
+        server.bind(args.socket + ".binding")
     finally:
         os.umask(old)
     server.listen(1)
+    os.rename(args.socket + ".binding", args.socket)
     server.settimeout(1.0)
     host = Host(args)
 

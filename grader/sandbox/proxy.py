@@ -46,7 +46,7 @@ class SubmissionError(Exception):
 
 
 # What the worker runs: copied beside it into the sandbox, which cannot import the grader.
-WORKER_FILES = ("worker.py", "wire.py", "vmm.py")
+WORKER_FILES = ("worker.py", "wire.py", "vmm.py", "warmup.py")
 
 # A submission that hangs keeps hanging: after this many timeouts in a row its other
 # tests fail at once instead of each waiting out the call timeout. After the first, the

@@ -72,8 +72,9 @@ def l1_host():
 
 def test_hostile_gradings_leave_nothing_for_the_next_in_the_same_host(tmp_path, l1_host):
     """The reference graded in a host right after a daemon forger and a parent killer, by the
-    worker the host started right after them, gets the verdicts a cold grading of the reference
-    gets with the same seed, and nothing of theirs (a process of their uid) outlives their grading."""
+    worker the host started while the parent killer was graded (its spare), gets the verdicts a
+    cold grading of the reference gets with the same seed, and nothing of theirs (a process of
+    their uid) outlives their grading."""
     host, device = l1_host
     cold = _grade(L1, L1.reference, tmp_path / "cold.json", device, None)
     assert _how(cold) == {"warm": False}
@@ -85,7 +86,7 @@ def test_hostile_gradings_leave_nothing_for_the_next_in_the_same_host(tmp_path, 
         if uid is not None:
             assert not processes_of(uid), f"{name} left processes of its uid behind"
     warm = _grade(L1, _handed_in(tmp_path, L1.reference, L1), tmp_path / "warm.json", device, host)
-    # in the host that graded them, with the worker it started right after them (its spare)
+    # in the host that graded them, with the worker it started beside the last of them (its spare)
     assert _how(warm)["warm"] is True and _how(warm)["session"] == 3 and _how(warm)["spare_worker"] is True
     assert warm["extra_data"]["problem"] is None and cold["extra_data"]["problem"] is None
     assert _verdicts(warm, L1) == _verdicts(cold, L1)
