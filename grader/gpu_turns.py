@@ -14,6 +14,14 @@ H200, behind a submission that hangs). So a timing test waits at most EXCLUSIVE_
 for the sharers already inside; then it goes ahead beside them, keeping newcomers out,
 and says so (the turn yields whether the GPU was had alone).
 
+Most stuck sharers are stuck on the CPU: a call that sleeps or loops in Python until its
+timeout, three such calls in a row for a file that ignores signals. A timing neighbour
+waiting EXCLUSIVE_WAIT_S for each of them made a reference grading beside such a file take
+127 s against 21 s alone on the H200. So a sharer still inside after SHARE_HOLD_S steps
+aside: it leaves the room for a "stuck" lock it holds (shared) until its test ends. A timing
+test that finds the room free and that lock held goes ahead at once, and its turn says it
+was not alone, as after the bounded wait.
+
 A holder may be stuck too: a timing test whose worker hangs would keep every
 neighbour out. So a turn taken with `hold_s` has a deadline: past it a timer in the
 holder's process gives the lock back, the neighbours go on, and the holder learns it
@@ -32,7 +40,8 @@ from pathlib import Path
 
 LOCK_DIR_ENV = "GRADER_GPU_LOCK_DIR"
 EXCLUSIVE_WAIT_S = 30.0     # the longest test that shares the GPU takes about 5 s on the H200
-HOLD_S = 90.0               # a test's turn: past one call's timeout (60 s), which only a stuck test reaches
+HOLD_S = 90.0               # a timing test's turn: past one call's timeout (60 s), which only a stuck test reaches
+SHARE_HOLD_S = 5.0          # a sharing test inside longer is stuck: the longest on the H200 took 1.8 s warm
 
 
 class Turn:
@@ -78,29 +87,35 @@ def _lock_within(fd: int, seconds: float) -> bool:
 
 @contextlib.contextmanager
 def turn(key: str, exclusive: bool, folder: Path | None = None, wait_s: float = EXCLUSIVE_WAIT_S,
-         hold_s: float | None = None):
+         hold_s: float | None = None, share_s: float = SHARE_HOLD_S):
     """Hold the GPU named `key`: alone when `exclusive`, else beside other sharers.
     Yields a Turn, false only for an exclusive turn that went ahead beside stuck sharers;
-    with `hold_s`, the lock is given back that many seconds in, and the Turn says it was lost."""
+    with `hold_s` (exclusive turns), the lock is given back that many seconds in, and the Turn
+    says it was lost. A sharer steps aside `share_s` seconds in (see the module's doc)."""
     folder = folder or lock_dir()
     gate = os.open(folder / f"{key}.gate", os.O_RDWR | os.O_CREAT, 0o600)
     room = os.open(folder / f"{key}.room", os.O_RDWR | os.O_CREAT, 0o600)
+    stuck = os.open(folder / f"{key}.stuck", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(gate, fcntl.LOCK_EX)
         alone = True
         try:
             if exclusive:
-                alone = _lock_within(room, wait_s)
+                alone = _lock_within(room, wait_s) and _free(stuck)
             else:
                 fcntl.flock(room, fcntl.LOCK_SH)
         finally:
             if alone:        # one that is not alone keeps the gate: no newcomer joins it
                 fcntl.flock(gate, fcntl.LOCK_UN)
         held = Turn(alone)
-        timer = None
-        if hold_s is not None:
+        if exclusive and hold_s is not None:
             held.hold_s = hold_s
             timer = threading.Timer(hold_s, _expire, args=(held, room, gate))
+        elif exclusive:
+            timer = None
+        else:
+            timer = threading.Timer(share_s, _step_aside, args=(room, stuck))
+        if timer is not None:
             timer.daemon = True
             timer.start()
         try:
@@ -110,11 +125,27 @@ def turn(key: str, exclusive: bool, folder: Path | None = None, wait_s: float = 
                 timer.cancel()
                 timer.join()     # an expiry under way finishes before the fds are closed
     finally:
-        os.close(room)       # closing drops the lock
+        os.close(room)       # closing drops the locks
+        os.close(stuck)
         os.close(gate)
+
+
+def _free(stuck: int) -> bool:
+    """No sharer that stepped aside is still inside."""
+    try:
+        fcntl.flock(stuck, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    fcntl.flock(stuck, fcntl.LOCK_UN)
+    return True
 
 
 def _expire(held: Turn, room: int, gate: int) -> None:
     held.lost = True
     fcntl.flock(room, fcntl.LOCK_UN)
     fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+def _step_aside(room: int, stuck: int) -> None:
+    fcntl.flock(stuck, fcntl.LOCK_SH)      # first: a timing test never finds both free meanwhile
+    fcntl.flock(room, fcntl.LOCK_UN)

@@ -370,8 +370,8 @@ def gpu_turn(request, device):
         yield
         return
     from . import gpu_turns
-    with gpu_turns.turn(gpu_turns.gpu_key(), exclusive="measure" in request.fixturenames,
-                        hold_s=gpu_turns.HOLD_S) as held:
+    timing = "measure" in request.fixturenames
+    with gpu_turns.turn(gpu_turns.gpu_key(), exclusive=timing, hold_s=gpu_turns.HOLD_S if timing else None) as held:
         if not held.alone:
             request.node.stash[_NOT_ALONE] = True
         request.node.stash[_TURN] = held

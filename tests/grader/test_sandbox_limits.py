@@ -172,6 +172,19 @@ def test_a_timing_test_waits_only_so_long_for_a_stuck_sharer(tmp_path):
         assert alone.alone is True
 
 
+def test_a_sharer_stuck_past_its_share_steps_aside_and_the_timing_test_says_so(tmp_path):
+    """A sharer stuck in a call (a file that sleeps until its timeout) holds a timing test only
+    for the sharer's share of the GPU, not for the timing test's whole bounded wait; the timing
+    test then says it was not alone. Once the stuck sharer is gone, timing tests are alone again."""
+    with gpu_turns.turn("gpu-test", False, tmp_path, share_s=0.3) as sharer:
+        started = time.monotonic()
+        with gpu_turns.turn("gpu-test", True, tmp_path, wait_s=30) as timing:
+            waited = time.monotonic() - started
+        assert 0.2 <= waited < 3 and not timing.alone and not sharer.lost
+    with gpu_turns.turn("gpu-test", True, tmp_path, wait_s=0.3) as timing:
+        assert timing.alone
+
+
 def test_the_submission_is_imported_at_its_first_call_and_hold_stops_it():
     """hold() is what lets a suite time the reference with none of the submission's code
     running beside it: before the first call the worker is up but has not imported the
