@@ -4,7 +4,7 @@ nbgrader's gradebook.
 
 Each grading is its own `python -m grader grade` process: one per GPU on a
 GPU machine (CUDA_VISIBLE_DEVICES names its GPU), a bounded number on the CPU;
-with --executor slurm, one task of a Slurm job array each (grader/cluster.py,
+with --executor slurm, in the tasks of a Slurm job array, a few files each (grader/cluster.py,
 docs/cluster.md), planned and published here all the same.
 Work already done is not redone. A student whose report matches the file's
 sha256, the grader's version and the device is skipped, and identical files are

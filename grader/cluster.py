@@ -1,12 +1,13 @@
-"""grade-all's gradings as submitit jobs: one task of a Slurm job array per file
-(`--executor slurm`), or submitit's local executor, one job per GPU slot
-(`--executor submitit-local`), which runs the very same task on one machine.
+"""grade-all's gradings as submitit jobs: tasks of a Slurm job array (`--executor slurm`),
+or submitit's local executor, one job per GPU slot at a time (`--executor submitit-local`),
+which runs the very same tasks on one machine.
 
-A task runs on its node what a local batch runs in a subprocess (batch.Runner:
-`python -m grader grade`, student code in its sandboxed worker) and moves the
-report into the course folder itself, so the folder, the repository and its
-Python must be on a filesystem every node shares. The submitting process only
-plans, waits and publishes (batch.grade_all, batch.publish).
+A task grades a few files (`--files-per-task`, default FILES_PER_TASK), one after another,
+each as a local batch grades it in a subprocess (batch.Runner: `python -m grader grade`,
+student code in its sandboxed worker), in a warm grading host of its own (grader/warm.py)
+unless `--cold`, and moves each report into the course folder as it is done. So the
+folder, the repository and its Python must be on a filesystem every node shares. The
+submitting process only plans, waits and publishes (batch.grade_all, batch.publish).
 """
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ from pathlib import Path
 
 from .assignment import REPO, Assignment
 from .batch import STOP_GRACE_S, Job, Outcome, Runner
-from .machines import slots
 from .course import Course
+from .machines import slots
+from .warm import WarmHost
 
 POLL_S = 2.0
 LOG_FOLDER = ".grader-jobs"          # inside the course: hidden from Course.students()
@@ -54,6 +56,9 @@ class SlurmOptions:
 
 
 SIGNAL_DELAY_S = 90                  # submitit's warning (SIGUSR2) comes this long before Slurm's limit
+# A task's host starts once (torch, the GPU, the reference's worker: 27 s for the first grading
+# on an H200) and grades the rest in 7 s each; four files keep a task within a few minutes.
+FILES_PER_TASK = 4
 
 
 def task_time_min(timeout_s: float) -> int:
@@ -79,11 +84,13 @@ def parse_sbatch(items: list[str]) -> dict[str, object]:
 
 
 # -- the task, run on a node ------------------------------------------------------------
-def grade_task(course_root: str, assignment_folder: str, job: Job, device: str,
-               timeout_s: float) -> tuple[dict | None, str]:
-    """One grading, on the node: (the report, "") or (None, why there is none). The report is
-    already in place when this returns. Stopped by Slurm (scancel, the time limit, preemption)
-    or by the local executor, it ends its grading and keeps no report of the interrupted run."""
+def grade_task(course_root: str, assignment_folder: str, jobs: list[Job], device: str,
+               timeout_s: float, warm: bool = True) -> list[tuple[dict | None, str]]:
+    """A task's gradings, on the node, one after another: for each job (the report, "") or
+    (None, why there is none), each report in place as soon as it is done. With `warm` and
+    more than one file, in a grading host the task starts and ends. Stopped by Slurm (scancel,
+    the time limit, preemption) or by the local executor, it ends the grading in flight, keeps
+    no report of it and starts no other."""
     course = Course(course_root, Assignment.load(assignment_folder))
     runner = Runner(course, device, timeout_s)
     stopped: list[str] = []
@@ -104,11 +111,19 @@ def grade_task(course_root: str, assignment_folder: str, job: Job, device: str,
     # SIGUSR2 is submitit's signal for a coming time limit or preemption; it would requeue.
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2):
         signal.signal(signum, stop)
-    report, why = runner.grade(job, {})
-    if stopped:
-        return None, (f"the task was stopped ({stopped[0]} on {socket.gethostname()}: cancelled, out of "
-                      "time or preempted) before its grading finished")
-    return report, why
+    host = WarmHost(course.assignment.folder, device, {}) if warm and len(jobs) > 1 else None
+    results = []
+    try:
+        for job in jobs:
+            report, why = (None, "") if stopped else runner.grade(job, host.env() if host else {})
+            if stopped and report is None:
+                why = (f"the task was stopped ({stopped[0]} on {socket.gethostname()}: cancelled, out of "
+                       "time or preempted) before this grading finished")
+            results.append((report, why))
+    finally:
+        if host is not None:
+            host.close()
+    return results
 
 
 # -- the submitting side ----------------------------------------------------------------
@@ -116,23 +131,37 @@ class _SubmititBatch:
     """What the two submitit executors share: the task's arguments, and reading how a job ended."""
     name = "submitit"
 
-    def __init__(self, course: Course, device: str, timeout_s: float, folder: Path | None = None):
+    def __init__(self, course: Course, device: str, timeout_s: float, folder: Path | None = None,
+                 files_per_task: int = FILES_PER_TASK, warm: bool = True):
+        if files_per_task < 1:
+            raise ClusterError("--files-per-task must be at least 1")
         self.course = course
         self.device = device
         self.timeout_s = timeout_s
+        self.files_per_task = files_per_task
+        self.warm = warm
         self.folder = folder or course.root / LOG_FOLDER
         self.note: str | None = None
         self.status: dict[str, int] = {}
         self._root = str(course.root.resolve())
         self._assignment = str(course.assignment.folder.resolve())
 
-    def _task_args(self, job: Job) -> tuple:
-        # Absolute paths: the task starts in the repository, not where grade-all was started.
-        return (self._root, self._assignment, Job(job.sha256, job.file.resolve(), list(job.students)),
-                self.device, self.timeout_s)
+    def chunks(self, jobs: list[Job], tasks_at_once: int = 1) -> list[list[Job]]:
+        """The files of each task, in the planned order: at most files_per_task, and fewer where
+        that leaves some of `tasks_at_once` slots idle."""
+        n = min(self.files_per_task, max(1, math.ceil(len(jobs) / tasks_at_once)))
+        return [jobs[i:i + n] for i in range(0, len(jobs), n)]
 
-    def _outcome(self, job: Job, sjob, state: str) -> Outcome:
-        """How a finished submitit job ended, as the local runner would say it."""
+    def task_timeout_min(self, chunk_size: int) -> int:
+        return task_time_min(self.timeout_s * chunk_size)
+
+    def _task_args(self, chunk: list[Job]) -> tuple:
+        # Absolute paths: the task starts in the repository, not where grade-all was started.
+        return (self._root, self._assignment, [Job(j.sha256, j.file.resolve(), list(j.students)) for j in chunk],
+                self.device, self.timeout_s, self.warm)
+
+    def _outcomes(self, chunk: list[Job], sjob, state: str) -> list[Outcome]:
+        """How a finished submitit job ended, file by file, as the local runner would say it."""
         result = sjob.paths.result_pickle
         deadline = time.monotonic() + RESULT_WAIT_S
         lag = state in ("COMPLETED", "FINISHED", "ENDED")       # ended well, or squeue forgot how
@@ -140,14 +169,26 @@ class _SubmititBatch:
             time.sleep(0.5)
         if result.exists():
             try:
-                report, why = sjob.result()
+                results = sjob.result()
             except Exception as exc:       # the task's own failure: its trace is the reason
-                return job, None, f"the task failed on its node:\n{_tail(str(exc), 4000)}"
-            return job, report, why
+                return self._salvaged(chunk, f"the task failed on its node:\n{_tail(str(exc), 4000)}")
+            if isinstance(results, list) and len(results) == len(chunk):
+                return [(job, report, why) for job, (report, why) in zip(chunk, results)]
+            return self._salvaged(chunk, "the task's result does not match its files")
         log = _tail(sjob.stderr() or "", 2000)
-        return job, None, (f"the {self.name} task {sjob.job_id} ended {state} without a result "
-                           f"(cancelled, out of time, out of memory, preempted or its node failed)"
-                           + (f"\n\n{log}" if log else ""))
+        return self._salvaged(chunk, f"the {self.name} task {sjob.job_id} ended {state} without a result "
+                                     f"(cancelled, out of time, out of memory, preempted or its node failed)"
+                              + (f"\n\n{log}" if log else ""))
+
+    def _salvaged(self, chunk: list[Job], why: str) -> list[Outcome]:
+        """A task that ended without its results may have graded some of its files first: their
+        reports are in place and current (they were not when the batch was planned)."""
+        out: list[Outcome] = []
+        for job in chunk:
+            report = self.course.read_report(job.students[0])
+            current = self.course.is_current(report, job.sha256, self.device)
+            out.append((job, report, "") if current else (job, None, why))
+        return out
 
 
 class SlurmBatch(_SubmititBatch):
@@ -155,8 +196,8 @@ class SlurmBatch(_SubmititBatch):
     name = "Slurm"
 
     def __init__(self, course: Course, device: str, timeout_s: float, options: SlurmOptions,
-                 folder: Path | None = None):
-        super().__init__(course, device, timeout_s, folder)
+                 folder: Path | None = None, files_per_task: int = FILES_PER_TASK, warm: bool = True):
+        super().__init__(course, device, timeout_s, folder, files_per_task, warm)
         self.options = options
         self.array_id: str | None = None
         self.task_ids: list[str] = []
@@ -167,12 +208,13 @@ class SlurmBatch(_SubmititBatch):
         if warning:
             self.note = warning if self.note is None else f"{warning}\n{self.note}"
 
-    def parameters(self, count: int) -> dict[str, object]:
+    def parameters(self, count: int, files: int = 1) -> dict[str, object]:
+        """submitit's parameters for an array of `count` tasks of at most `files` files each."""
         o = self.options
         gpus = o.gpus_per_task if o.gpus_per_task is not None else (1 if self.device == "cuda" else 0)
         params: dict[str, object] = {
             "name": f"grade-{self.course.assignment.id}",
-            "timeout_min": o.time_min or task_time_min(self.timeout_s),
+            "timeout_min": o.time_min or self.task_timeout_min(files),
             "cpus_per_task": o.cpus_per_task,
             "mem_gb": o.mem_gb or task_mem_gb(self.course.assignment),
             "slurm_array_parallelism": o.max_tasks or count,
@@ -195,14 +237,15 @@ class SlurmBatch(_SubmititBatch):
             return
         import submitit
         executor = submitit.AutoExecutor(folder=self.folder / "%j", cluster="slurm")
-        executor.update_parameters(**self.parameters(len(jobs)))
+        chunks = self.chunks(jobs)
+        executor.update_parameters(**self.parameters(len(chunks), len(chunks[0])))
         try:
-            sjobs = executor.map_array(grade_task, *zip(*(self._task_args(j) for j in jobs)))
+            sjobs = executor.map_array(grade_task, *zip(*(self._task_args(c) for c in chunks)))
         except Exception as exc:          # sbatch's refusal (no such partition, over a limit) is the message
             raise ClusterError(f"sbatch refused the array: {exc}") from None
         self.task_ids = [s.job_id for s in sjobs]      # "123_4"; a batch of one file is no array: "123"
         self.array_id = sjobs[0].job_id.split("_")[0]
-        live = dict(zip((s.job_id for s in sjobs), zip(jobs, sjobs)))
+        live = dict(zip((s.job_id for s in sjobs), zip(chunks, sjobs)))
         states: dict[str, str] = {task_id: "PENDING" for task_id in live}
         answered = time.monotonic()
         while live:
@@ -213,11 +256,11 @@ class SlurmBatch(_SubmititBatch):
                 if time.monotonic() - answered > SQUEUE_PATIENCE_S:
                     raise
             self.status = _count(states.get(task_id, "ENDED") for task_id in live)
-            for task_id, (job, sjob) in list(live.items()):
+            for task_id, (chunk, sjob) in list(live.items()):
                 state = states.get(task_id, "ENDED")
                 if state in ENDED or state == "ENDED" or sjob.paths.result_pickle.exists():
                     del live[task_id]
-                    yield self._outcome(job, sjob, state)
+                    yield from self._outcomes(chunk, sjob, state)
             yield None
             if live:
                 time.sleep(POLL_S)
@@ -257,8 +300,9 @@ class SubmititLocalBatch(_SubmititBatch):
     (CUDA_VISIBLE_DEVICES); the same task as on a cluster, without a cluster."""
     name = "submitit-local"
 
-    def __init__(self, course: Course, device: str, timeout_s: float, jobs: int, folder: Path | None = None):
-        super().__init__(course, device, timeout_s, folder)
+    def __init__(self, course: Course, device: str, timeout_s: float, jobs: int, folder: Path | None = None,
+                 files_per_task: int = FILES_PER_TASK, warm: bool = True):
+        super().__init__(course, device, timeout_s, folder, files_per_task, warm)
         self.slots = [env.get("CUDA_VISIBLE_DEVICES") for env in
                       slots(device, jobs, course.assignment.grading_gpu_bytes)]
         if not self.slots:
@@ -268,33 +312,33 @@ class SubmititLocalBatch(_SubmititBatch):
                                "to indices, not UUIDs")
         if len(self.slots) < jobs:
             self.note = f"grading {len(self.slots)} at once, not {jobs}: the GPUs hold no more (gpu_memory_gib)"
-        self._live: dict[int, tuple[Job, object]] = {}
+        self._live: dict[int, tuple[list[Job], object]] = {}
 
-    def _submit(self, slot: int, job: Job):
+    def _submit(self, slot: int, chunk: list[Job]):
         import submitit
         executor = submitit.LocalExecutor(folder=self.folder / "%j")
         gpu = self.slots[slot]
-        params: dict[str, object] = {"timeout_min": task_time_min(self.timeout_s)}
+        params: dict[str, object] = {"timeout_min": self.task_timeout_min(len(chunk))}
         if gpu is not None:
             params.update(gpus_per_node=1, visible_gpus=[int(gpu)])
         executor.update_parameters(**params)
-        return executor.submit(grade_task, *self._task_args(job))
+        return executor.submit(grade_task, *self._task_args(chunk))
 
     def run(self, jobs: list[Job]):
-        waiting = list(reversed(jobs))
+        waiting = list(reversed(self.chunks(jobs, len(self.slots))))
         free = list(range(len(self.slots)))
         while waiting or self._live:
             while waiting and free:
                 slot = free.pop()
-                job = waiting.pop()
-                self._live[slot] = (job, self._submit(slot, job))
+                chunk = waiting.pop()
+                self._live[slot] = (chunk, self._submit(slot, chunk))
             states = {slot: sjob.state for slot, (_, sjob) in self._live.items()}
             self.status = {"running": len(self._live), "pending": len(waiting)}
             for slot, state in states.items():
                 if state != "RUNNING":
-                    job, sjob = self._live.pop(slot)
+                    chunk, sjob = self._live.pop(slot)
                     free.append(slot)
-                    yield self._outcome(job, sjob, state)
+                    yield from self._outcomes(chunk, sjob, state)
             yield None
             if self._live or waiting:
                 time.sleep(0.5)

@@ -32,8 +32,12 @@ def add_parser(sub) -> None:
                    help="every grading starts its own test process (default: a warm host per slot keeps torch, "
                         "CUDA and the reference's worker up across gradings; grader/warm.py)")
     p.add_argument("--executor", default="local", choices=["local", "slurm", "submitit-local"],
-                   help="local: gradings as subprocesses here (default); slurm: one task of a Slurm job array "
-                        "per file (docs/cluster.md); submitit-local: the same tasks through submitit on this machine")
+                   help="local: gradings as subprocesses here (default); slurm: tasks of a Slurm job array, "
+                        "--files-per-task files each (docs/cluster.md); submitit-local: the same tasks through submitit "
+                        "on this machine")
+    p.add_argument("--files-per-task", type=int, metavar="N",
+                   help="files one task grades, one after another in a warm host unless --cold (slurm and "
+                        "submitit-local; default: 4)")
     s = p.add_argument_group("Slurm (--executor slurm); defaults come from assignment.toml")
     s.add_argument("--partition", help="partition to run the tasks in (default: the cluster's default)")
     s.add_argument("--account", help="account to charge")
@@ -95,6 +99,11 @@ def make_executor(args, course: Course):
     slurm_only = [f"--{name.replace('_', '-')}" for name in SLURM_OPTIONS if getattr(args, name) not in (None, [])]
     if slurm_only and args.executor != "slurm":
         raise ValueError(f"{', '.join(slurm_only)}: only for --executor slurm")
+    if args.files_per_task is not None and args.executor == "local":
+        raise ValueError("--files-per-task: only for --executor slurm or submitit-local")
+    tasks = {"warm": not args.cold}
+    if args.files_per_task is not None:
+        tasks["files_per_task"] = args.files_per_task
     if args.executor == "slurm":
         from . import cluster
         why = cluster.available()
@@ -105,7 +114,8 @@ def make_executor(args, course: Course):
                 partition=args.partition, account=args.account, time_min=args.time_limit,
                 gpus_per_task=args.gpus_per_task, cpus_per_task=args.cpus_per_task or 2, mem_gb=args.mem_per_task,
                 max_tasks=args.max_tasks, sbatch=cluster.parse_sbatch(args.sbatch))
-            return cluster.SlurmBatch(course, cluster.slurm_device(args.device, args.partition), timeout_s, options)
+            return cluster.SlurmBatch(course, cluster.slurm_device(args.device, args.partition), timeout_s, options,
+                                      **tasks)
         except cluster.ClusterError as exc:
             raise ValueError(str(exc)) from None
     try:
@@ -118,7 +128,7 @@ def make_executor(args, course: Course):
     if args.executor == "submitit-local":
         from . import cluster
         try:
-            return cluster.SubmititLocalBatch(course, device, timeout_s, jobs)
+            return cluster.SubmititLocalBatch(course, device, timeout_s, jobs, **tasks)
         except (ImportError, cluster.ClusterError) as exc:
             raise ValueError(str(exc)) from None
     return LocalBatch(course, device, jobs, timeout_s, warm=not args.cold)

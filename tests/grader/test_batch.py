@@ -228,6 +228,30 @@ def test_submitit_local_executor_runs_the_cluster_task_here(tmp_path, capsys):
     assert len(list((tmp_path / ".grader-jobs").glob("*/*_result.pkl"))) == 2
 
 
+def test_a_cluster_task_of_several_files_grades_them_in_one_warm_host(tmp_path, capsys):
+    """One slot, two files: one task grades both, one session after the other in the host it
+    started, and each scores as it does alone; --cold gives each its own test process."""
+    for student, name in (("s1", "good.py"), ("s2", "no_echo.py")):
+        folder = tmp_path / "submitted" / student / "toy_add"
+        folder.mkdir(parents=True)
+        shutil.copy(toy_class.SUBMISSIONS / name, folder / "toy.py")
+    cli = ["grade-all", "--course", str(tmp_path), "--assignment", str(REPO / "tests/grader/toy"), "--device", "cpu",
+           "--executor", "submitit-local", "--jobs", "1", "--no-progress", "--no-gradebook"]
+    assert main(cli) == 0
+    course = Course(tmp_path, toy_class.TOY)
+    assert {r.student: (r.status, r.score) for r in course.rows()} == {"s1": ("graded", 90.0), "s2": ("graded", 60.0)}
+    assert len(list((tmp_path / ".grader-jobs").glob("*/*_result.pkl"))) == 1
+    how = [course.read_report(s)["extra_data"]["instructor"]["test_process"] for s in ("s1", "s2")]
+    assert [h["warm"] for h in how] == [True, True] and sorted(h["session"] for h in how) == [1, 2], how
+    for student in ("s1", "s2"):
+        course.report_path(student).unlink()
+    assert main(cli + ["--cold"]) == 0
+    assert [course.read_report(s)["extra_data"]["instructor"]["test_process"] for s in ("s1", "s2")] == \
+        [{"warm": False}, {"warm": False}]
+    assert main(cli[:-2] + ["--executor", "local", "--files-per-task", "2"]) == 2
+    assert "--files-per-task: only for --executor slurm or submitit-local" in capsys.readouterr().err
+
+
 def test_a_grading_stopped_by_a_signal_from_elsewhere_keeps_no_report(tmp_path):
     """SIGTERM reaching the grader from outside the batch (Slurm ending a task, an administrator)
     still lets it write a report, of the tests that ran: that report is not the file's grade."""

@@ -1,7 +1,8 @@
 """grade-all through a real Slurm cluster (tools/slurm_one_node.sh starts one on this machine):
-the same scores as a local run, a task killed mid-grading becomes an error row that the next
-run grades, and Ctrl-C cancels the array keeping what finished. On the CPU, with the toy
-assignment, whose gradings take seconds."""
+the same scores as a local run, tasks of several files graded in a warm host, a task killed
+mid-grading becomes an error row that the next run grades (what it finished before is kept),
+and Ctrl-C cancels the array keeping what finished. On the CPU, with the toy assignment,
+whose gradings take seconds."""
 import os
 import shutil
 import signal
@@ -74,7 +75,7 @@ def both(cluster, tmp_path_factory):
     slurm = _class(tmp_path_factory.mktemp("slurm"))
     assert main(["grade-all", "--course", str(local), "--assignment", TOY, "--device", "cpu", "--jobs", "2",
                  "--no-progress", "--no-gradebook"]) == 0
-    assert main(["grade-all", "--course", str(slurm), *CLI]) == 0
+    assert main(["grade-all", "--course", str(slurm), *CLI, "--files-per-task", "2"]) == 0
     return Course(local, toy_class.TOY), Course(slurm, toy_class.TOY)
 
 
@@ -96,7 +97,12 @@ def test_slurm_scores_every_student_as_a_local_run_does(both, capsys):
 def test_slurm_graded_identical_files_once_and_a_rerun_grades_nothing(both, capsys):
     _, slurm = both
     runs = [p for p in (slurm.root / ".grader-jobs").glob("*_*") if p.is_dir()]
-    assert len(runs) == 4                    # ref_a/ref_b share one task; the empty folder has none
+    assert len(runs) == 2                    # four distinct files (ref_a/ref_b are one), two a task
+    # each task graded its two files in a warm host of its own, one session after the other
+    how = [slurm.read_report(s)["extra_data"]["instructor"]["test_process"] for s in ("ref_a", "ref_c", "wrong",
+                                                                                      "adversarial")]
+    assert all(h["warm"] for h in how) and sorted(h["session"] for h in how) == [1, 1, 2, 2], how
+    assert len({h["host_pid"] for h in how}) == 2, how
     before = {s: slurm.report_path(s).stat().st_mtime_ns for s in ("ref_a", "ref_b", "wrong")}
     assert main(["grade-all", "--course", str(slurm.root), *CLI]) == 0
     out = capsys.readouterr().out
@@ -158,13 +164,44 @@ def test_a_task_cancelled_mid_grading_is_an_error_row_and_the_next_run_grades_it
     assert events == []
 
 
+def test_a_task_cancelled_after_its_first_file_keeps_that_report(cluster, tmp_path):
+    """A task of two files cancelled while it grades the second: the first file's report,
+    already in place, counts; the second is an error row for the next run to grade."""
+    good = (toy_class.SUBMISSIONS / "good.py").read_bytes()
+    for i in range(2):
+        _student(tmp_path, f"s{i}", good + f"\n# {i}\n".encode())
+    course = Course(tmp_path, toy_class.TOY)
+    batch = SlurmBatch(course, "cpu", 420, SlurmOptions(cpus_per_task=1), files_per_task=2)
+    events = []
+
+    def cancel_during_the_second():
+        try:
+            _wait(lambda: sum(course.report_path(f"s{i}").exists() for i in range(2)) == 1, "a first report", 120)
+            _wait(lambda: len(list(tmp_path.glob("autograded/*/toy_add"))) == 2, "the second grading")
+            time.sleep(1)
+            subprocess.run(["scancel", batch.task_ids[0]], check=True)
+        except Exception as exc:
+            events.append(exc)
+    killer = threading.Thread(target=cancel_during_the_second)
+    killer.start()
+    result = grade_all(course, "cpu", progress=False, executor=batch)
+    killer.join()
+    assert events == [] and len(batch.task_ids) == 1
+    rows = {row.student: row for row in result.rows}
+    done, cut = sorted(rows, key=lambda s: rows[s].status != "graded")
+    assert (rows[done].status, rows[done].score) == ("graded", 90.0), rows[done]
+    assert rows[cut].status == "error", rows[cut]
+    why = course.error_path(cut).read_text()
+    assert "stopped (SIGTERM" in why or "CANCELLED" in why, why
+
+
 def test_ctrl_c_cancels_the_array_and_keeps_finished_reports(cluster, tmp_path):
     good = (toy_class.SUBMISSIONS / "good.py").read_bytes()
     for i in range(3):
         _student(tmp_path, f"s{i}", good + f"\n# {i}\n".encode())
     # One task at a time: the first finishes, the second is cut short, the third never starts.
     proc = subprocess.Popen([sys.executable, "-m", "grader", "grade-all", "--course", str(tmp_path), *CLI,
-                             "--max-tasks", "1", "--no-gradebook"],
+                             "--max-tasks", "1", "--files-per-task", "1", "--no-gradebook"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     course = Course(tmp_path, toy_class.TOY)
     _wait(lambda: sum(course.report_path(f"s{i}").exists() for i in range(3)) == 1, "a first report", 120)
@@ -196,6 +233,8 @@ def test_sbatch_options_and_defaults():
     params = SlurmBatch(course, "cuda", 420, SlurmOptions(partition="gpu", account="cs431",
                                                           sbatch=parse_sbatch(["qos=high", "--exclusive"]))
                         ).parameters(500)
+    # a task of four files may run four gradings' time
+    assert SlurmBatch(course, "cpu", 420, SlurmOptions()).parameters(3, 4)["timeout_min"] == task_time_min(4 * 420)
     assert params["slurm_gres"] == "gpu:1" and params["slurm_partition"] == "gpu"
     assert params["slurm_account"] == "cs431" and params["timeout_min"] == task_time_min(420) == 10
     assert params["slurm_additional_parameters"] == {"qos": "high", "exclusive": True}
