@@ -83,6 +83,7 @@ class Course:
         if report is None:
             return False
         return (reports.sha256(report) == sha256
+                and reports.regrade(report) is None
                 and reports.grader_version(report) == __version__
                 and reports.assignment_of(report) == (self.assignment.id, self._fingerprint)
                 and (device is None or reports.device(report) == device))
@@ -113,7 +114,9 @@ class Course:
             return Row(student, "error", note=first[0] if first else "grading failed", sha256=sha)
         if report is not None:
             row = _from_report(student, "stale", report, sha)
-            row.note = "report is for another file or grader version: run grade-all again"
+            why = reports.regrade(report)
+            row.note = (f"partly graded, run grade-all again: {why}" if why and reports.sha256(report) == sha
+                        else "report is for another file or grader version: run grade-all again")
             return row
         return Row(student, "pending", note="not graded yet", sha256=sha)
 

@@ -13,6 +13,7 @@ PYTEST = "pytest.json"          # pytest-json-report's report; a test's "metadat
 SANDBOX = "sandbox.json"        # how the submission's worker was confined (extra_data.sandbox)
 WORKER = "worker.json"          # {"restarts", "failures", "import_error", "timings"} of the submission's worker
 DEVICE = "device.json"          # {"device_name", "cuda"}: the GPU the test process opened
+QUIET = "quiet.json"            # {"checked", "problem"}: whether timings were checked for foreign GPU work
 
 
 def read(folder: Path, name: str, kind: type):

@@ -221,10 +221,16 @@ def _run_suites(assignment, submission, device, seed, drop_privileges, instructo
         sandbox = records.read(state, records.SANDBOX, dict) or {}
         worker = records.read(state, records.WORKER, dict) or {}
         opened = records.read(state, records.DEVICE, dict) or {}
+        quiet = records.read(state, records.QUIET, dict)
     finally:
         for folder in (state, *roots.values()):
             shutil.rmtree(folder, ignore_errors=True)
     instructor.update(pytest_exit=code, worker=worker, test_process=how)
+    if quiet is not None:
+        # Whether a timing could tell a busy GPU (gpu_quiet.py): without NVML it cannot.
+        sandbox["gpu_quiet_checked"] = quiet.get("checked") is True
+        if quiet.get("problem"):
+            sandbox["gpu_quiet_problem"] = str(quiet["problem"])[:300]
     env.update({k: v for k, v in opened.items() if k in ("device_name", "cuda") and isinstance(v, str)})
     if collected is None:
         instructor["pytest_tail"] = tail[-6000:]

@@ -121,8 +121,12 @@ def test_result_is_int64(index_dtype, submission, rng, device, record_property):
     _check_values(result, b, record_property)
 
 
-def test_an_empty_batch(submission, device, record_property):
+def test_an_empty_batch(submission, rng, device, record_property):
     """A step with no new tokens (T = 0) maps to an empty int64 tensor"""
+    # Only beside an ordinary batch: an answer that ignores its input gets T = 0 right.
+    ordinary = random_batch(rng, num_seqs=3, width=8, block_size=16, num_blocks=48,
+                            new_tokens=lambda s: 5, shuffle=True)
+    _check_values(_slots(submission, ordinary, device, record_property), ordinary, record_property)
     b = Batch(torch.tensor([[4, 11, 2]], dtype=torch.int32), torch.empty(0, dtype=torch.int64),
               torch.empty(0, dtype=torch.int64), 16)
     result = _slots(submission, b, device, record_property)
