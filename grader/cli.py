@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
                                             "spread over the GPUs, timing tests taking turns)")
     v.add_argument("--cold", action="store_true", help="every grading starts its own test process (default: "
                                                         "a warm host per slot, as grade-all)")
+    v.add_argument("--under-load", action="store_true",
+                   help="keep the GPU's memory busy with a copy loop of another process meanwhile (GPU "
+                        "only): scores must not move, and a timing is full or not measured")
     v.add_argument("--reports-dir", help=argparse.SUPPRESS)     # where --jobs puts each entry's report
     from . import grade_all, summary
     grade_all.add_parser(sub)   # grade-all

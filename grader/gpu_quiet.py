@@ -26,7 +26,8 @@ from .sandbox import SandboxFailure
 T = TypeVar("T")
 
 ATTEMPTS = 4            # measurements tried beside foreign work before giving up
-WAIT_S = 30.0           # the longest wait for a quiet GPU, over all attempts of one measurement
+WAIT_S = 10.0           # the longest wait for a quiet GPU, over all attempts of one measurement
+BUDGET_S = 20.0         # ... and over all measurements of one grading: past it, Busy at once
 RECENT_S = 0.5          # "lately": foreign samples this recent make the GPU busy
 COVER_S = 1.2           # after a window, how long a sample that covers its end is awaited
 
@@ -60,6 +61,7 @@ class QuietGpu:
         self.attempts: list[str] = []      # why each retried measurement was not quiet
         self.windows: list[int] = []       # each quiet measurement: how many attempts it took
         self.unchecked = self.handle is None
+        self.budget_s = BUDGET_S
 
     def foreign(self, since_us: int) -> list[Activity]:
         """Processes outside this grading that used the GPU in samples taken after since_us."""
@@ -104,9 +106,14 @@ class QuietGpu:
         if self.handle is None:
             self.windows.append(1)
             return fn()
-        deadline = time.monotonic() + WAIT_S
+        return self._attempts(fn, time.monotonic() + max(0.0, min(WAIT_S, self.budget_s)))
+
+    def _attempts(self, fn: Callable[[], T], deadline: float) -> T:
+        busy: list[Activity] = []
         for attempt in range(1, ATTEMPTS + 1):
+            waited = time.monotonic()
             busy = self.wait_quiet(deadline)
+            self.budget_s -= time.monotonic() - waited      # only waiting counts, not measuring
             if busy:
                 break
             start = _now_us()
@@ -121,8 +128,9 @@ class QuietGpu:
             if time.monotonic() >= deadline:
                 break
         raise Busy("not measured: the GPU was busy with work outside this grading ("
-                   + ", ".join(map(str, busy)) + f") through {len(self.attempts)} attempt(s) within "
-                   f"{WAIT_S:g} s; the grading is marked for a regrade, and no point is lost to it")
+                   + (", ".join(map(str, busy)) or "seen before") + f"), through {len(self.attempts)} "
+                   f"attempt(s) and {WAIT_S:g} s of waiting; the grading is marked for a regrade, and "
+                   "no point is lost to it")
 
 
 class Unchecked:

@@ -159,6 +159,10 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
     row.expected = expectations(entry, cols, row.allowed, device)
     row.passed = area_passed(report, cols)
     row.cells = {a: cell(row.expected[a], row.passed[a]) for a in cols}
+    for a in cols:
+        if str((areas.get(a) or {}).get("note", "")).startswith("not measured"):
+            row.cells[a] = "n/m"       # the GPU was busy: to be regraded, judged neither way
+            row.notes.append(f"{a} not measured: {(areas.get(a) or {}).get('note', '')[:160]}")
     if entry.kind == "reference":
         if not isinstance(row.score, (int, float)) or row.score < (row.max_score or 0) - EPS:
             row.problems.append(f"the reference scored {row.score} of {row.max_score}")
@@ -251,11 +255,16 @@ def schema_problems(report: dict) -> list[str]:
             for e in validator.iter_errors(report)][:10]
 
 
+LOAD: set[int] = set()      # the --under-load copy loop: ours, not a grading's leftover
+
+
 def stray_processes(uid: int | None, root: int | None = None, keep: set[int] = frozenset()) -> list[int]:
     """Live processes of the workers' uid, and live descendants of root (default: us), but
     for `keep` (a warm host and its reference worker) unless they run as the workers' uid."""
     root = os.getpid() if root is None else root
-    found = set(descendants(root)) - set(keep)
+    found = set(descendants(root)) - set(keep) - LOAD
+    for pid in LOAD:
+        found -= set(descendants(pid))
     if uid is not None:
         found |= processes_of(uid)
     found.discard(os.getpid())
@@ -520,6 +529,34 @@ def _validate(args, mutants: Path) -> int:
         print("grader validate: --jobs must be at least 1", file=sys.stderr)
         return 2
     drop = not args.no_privilege_drop
+    load = None
+    if getattr(args, "under_load", False):
+        if device != "cuda":
+            print("grader validate: --under-load needs a GPU", file=sys.stderr)
+            return 2
+        from . import gpu_load
+        load = gpu_load.start()
+        LOAD.add(load.pid)
+        print(f"a copy loop keeps the GPU busy meanwhile (pid {load.pid})")
+    try:
+        rows, total = _matrix(args, assignment, entries, device, out, jobs, drop)
+    finally:
+        if load is not None:
+            load.kill()
+            load.wait()
+    if not args.reports_dir:          # not one entry of a --jobs run: the parent compares
+        compare_twins(rows)
+    print()
+    print(render(rows, cols))
+    unmeasured = sum("n/m" in r.cells.values() for r in rows)
+    if unmeasured:
+        print(f"\n{unmeasured} grading(s) had an area not measured (the GPU was busy): to be regraded, no point lost")
+    print(f"\ntotal {total:.1f} s; matrix written to {out}")
+    write_json(out, assignment, device, rows, cols, total)
+    return 1 if any(r.problems for r in rows) else 0
+
+
+def _matrix(args, assignment, entries, device, out, jobs, drop):
     if jobs == 1:
         print(f"validating {len(entries)} submissions of {assignment.id} on {device}, one at a time")
         rows, total = run(assignment, entries, device, out, drop_privileges=drop,
@@ -527,10 +564,4 @@ def _validate(args, mutants: Path) -> int:
     else:
         print(f"validating {len(entries)} submissions of {assignment.id} on {device}, {jobs} at once")
         rows, total = run_parallel(assignment, entries, device, out, jobs, drop_privileges=drop, warm=not args.cold)
-    if not args.reports_dir:          # not one entry of a --jobs run: the parent compares
-        compare_twins(rows)
-    print()
-    print(render(rows, cols))
-    print(f"\ntotal {total:.1f} s; matrix written to {out}")
-    write_json(out, assignment, device, rows, cols, total)
-    return 1 if any(r.problems for r in rows) else 0
+    return rows, total
