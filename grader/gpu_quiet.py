@@ -17,6 +17,7 @@ or nvidia-ml-py not installed) nothing can be checked, and the window says so in
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, TypeVar
@@ -28,8 +29,11 @@ T = TypeVar("T")
 ATTEMPTS = 4            # measurements tried beside foreign work before giving up
 WAIT_S = 10.0           # the longest wait for a quiet GPU, over all attempts of one measurement
 BUDGET_S = 20.0         # ... and over all measurements of one grading: past it, Busy at once
-RECENT_S = 0.5          # "lately": foreign samples this recent make the GPU busy
+RECENT_S = 0.25         # "lately": foreign samples this recent make the GPU busy (the H200
+                        # samples every 0.2 s)
 COVER_S = 1.2           # after a window, how long a sample that covers its end is awaited
+POLL_S = 0.1            # how often the samples are read during a window: NVML keeps one per
+                        # process, so a burst could be hidden by a later idle sample
 
 
 class Busy(SandboxFailure):
@@ -117,10 +121,11 @@ class QuietGpu:
             if busy:
                 break
             start = _now_us()
-            result = fn()
-            end = _now_us()
-            self.covered_end(end)
-            busy = self.foreign(start)
+            with _Watch(self, start) as watch:
+                result = fn()
+                end = _now_us()
+                self.covered_end(end)
+            busy = watch.seen
             if not busy:
                 self.windows.append(attempt)
                 return result
@@ -131,6 +136,39 @@ class QuietGpu:
                    + (", ".join(map(str, busy)) or "seen before") + f"), through {len(self.attempts)} "
                    f"attempt(s) and {WAIT_S:g} s of waiting; the grading is marked for a regrade, and "
                    "no point is lost to it")
+
+
+class _Watch:
+    """Reads the samples since `start` every POLL_S from a thread of ours while a window runs,
+    and once more at its end; `seen` is every foreign process found busy in any reading."""
+
+    def __init__(self, quiet: QuietGpu, start_us: int):
+        self.quiet, self.start_us = quiet, start_us
+        self.found: dict[int, Activity] = {}
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _read(self) -> None:
+        for a in self.quiet.foreign(self.start_us):
+            self.found[a.pid] = a if a.pid not in self.found else max(self.found[a.pid], a,
+                                                                      key=lambda x: max(x.sm, x.mem))
+
+    def _poll(self) -> None:
+        while not self.done.wait(POLL_S):
+            self._read()
+
+    def __enter__(self) -> "_Watch":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join()
+        self._read()
+
+    @property
+    def seen(self) -> list[Activity]:
+        return list(self.found.values())
 
 
 class Unchecked:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from . import wire
 from .confine import Confinement
-from .processes import children_of, descendants, kill_tree, private_rss, processes_of, signal_all, stopped
+from .processes import children_of, kill_tree, private_rss, proc_table, signal_all, stopped
 
 # torch is imported where a tensor is first handled, not here: the worker is spawned before
 # that, so its own imports overlap the test process's (seconds each).
@@ -157,10 +157,18 @@ class Worker:
     def tree(self) -> set[int]:
         """The worker and everything it started: its uid's processes where that uid is its own,
         and orphans of ours that daemonised out of it (as subreaper we inherit them)."""
-        pids = {self.proc.pid, *descendants(self.proc.pid)}
+        table = proc_table()          # one scan of /proc: this runs twice per call
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        roots = [self.proc.pid, *(p for p in children.get(os.getpid(), []) if p not in LIVE)]
+        pids, stack = set(roots), list(roots)
+        while stack:
+            for child in children.get(stack.pop(), []):
+                pids.add(child)
+                stack.append(child)
         if self.conf.uid is not None:
-            pids |= processes_of(self.conf.uid)
-        pids |= {p for p in children_of(os.getpid()) if p not in LIVE}
+            pids |= {p for p, (_, uid) in table.items() if uid == self.conf.uid}
         pids.discard(os.getpid())
         return pids
 
