@@ -14,12 +14,12 @@ def markdown(report: dict, student: str) -> str:
         return "\n".join(lines) + "\n"
     lines += ["## Tests that did not pass", ""]
     hints = [_text(str(t.get("output", ""))) or "no further detail" for t in failed]
-    # A file that does not parse, or is refused, fails every test for one reason (some with a
-    # gate's note before it): said once, not once per test, so that the student reads it.
+    # A file that does not parse, or is refused, fails every test for the one reason the summary
+    # states (some with a gate's note before it): said once, not once per test, so that the
+    # student reads it. Tests that failed each on their own are listed, names and all.
     reason = min(hints, key=len)
-    if len(failed) > 1 and all(h.endswith(reason) for h in hints):
-        said = reason in _text(summary)        # the summary states a refusal or a parse error
-        lines.append(f"All {len(failed)} tests failed for " + ("the reason above." if said else f"one reason: {reason}"))
+    if len(failed) > 1 and reason in _text(summary) and all(h.endswith(reason) for h in hints):
+        lines.append(f"All {len(failed)} tests failed for the reason above.")
     else:
         lines += [f"- **{_text(t['number'])} {_text(t['name'])}**: {hint}" for t, hint in zip(failed, hints)]
     return "\n".join(lines) + "\n"

@@ -122,8 +122,9 @@ def find(folder: str | Path, expected: str, ignore=BOOKKEEPING) -> Picked:
     try:
         dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
+        why = "it is a symbolic link" if os.path.islink(folder) else exc.strerror
         return Refused(expected, f"the hand-in folder {os.path.basename(folder)} could not be opened as a "
-                                 f"folder ({exc.strerror})")
+                                 f"folder ({why}): hand in {expected} itself")
     try:
         names = sorted(n for n in os.listdir(dfd) if n not in ignore)
         if expected in names:
