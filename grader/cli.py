@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="command", required=True)
     g = sub.add_parser("grade", help="grade one submission and write its report")
     g.add_argument("--assignment", help="assignment folder (default: the only one under assignment/)")
-    g.add_argument("--submission", help="the submitted .py file (default: the reference)")
+    g.add_argument("--submission", help="the submitted .py file, or a student's hand-in folder, which must hold "
+                   "the assignment's file name exactly (default: the reference)")
     g.add_argument("--report", default="build/report.json", help="where to write results.json")
     g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     g.add_argument("--seed", type=int, help="input seed (default: drawn afresh)")
@@ -69,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     except AssignmentError as exc:
         return _fail(str(exc))
     submission = Path(args.submission) if args.submission else assignment.reference
-    if not submission.is_file():
+    # Only a path that names nothing is the command line's fault; a link, a device or a hand-in
+    # folder without the right file is the submission's, and gets a report that says why.
+    if not os.path.lexists(submission):
         return _fail(f"no submission file at {submission}")
     try:
         device = resolve_device(args.device)

@@ -156,8 +156,9 @@ class _SubmititBatch:
         return task_time_min(self.timeout_s * chunk_size)
 
     def _task_args(self, chunk: list[Job]) -> tuple:
-        # Absolute paths: the task starts in the repository, not where grade-all was started.
-        return (self._root, self._assignment, [Job(j.sha256, j.file.resolve(), list(j.students)) for j in chunk],
+        # Absolute paths: the task starts in the repository, not where grade-all was started;
+        # not resolved, which would follow a link the grading must refuse.
+        return (self._root, self._assignment, [Job(j.sha256, j.file.absolute(), list(j.students)) for j in chunk],
                 self.device, self.timeout_s, self.warm)
 
     def _outcomes(self, chunk: list[Job], sjob, state: str) -> list[Outcome]:

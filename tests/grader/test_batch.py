@@ -37,6 +37,19 @@ def test_every_student_gets_the_right_score(graded):
     for student, why in toy_class.MISSING.items():
         assert rows[student].status == "missing" and why in rows[student].note, student
     assert "not a Python source file" in rows["s_binary"].note
+    for student, why in toy_class.REFUSED.items():
+        assert why in rows[student].note, student
+
+
+def test_a_refused_hand_in_gets_feedback_saying_why_once(graded):
+    for student, why in toy_class.REFUSED.items():
+        text = graded.course.feedback_path(student).read_text()
+        assert text.count(why) == 1 and "All 11 tests failed for the reason above." in text, text
+    # a file that does not parse: one reason, said once, not once per test
+    text = graded.course.feedback_path(f"s{26 + 8:02d}").read_text()
+    assert text.count("does not parse as Python") == 1, text
+    # the link was not followed: s_link's report is not its classmate's
+    assert graded.course.read_report("s_link")["extra_data"]["submission"]["bytes"] == 0
 
 
 def test_the_course_folder_is_closed_to_workers(graded):
@@ -115,7 +128,8 @@ def test_second_run_does_no_grading(graded, capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert "0 gradings run" in out and f"{len(graded.expected)} unchanged" in out
-    assert "s_wrong_name: missing: no toy.py in the submission folder (found solution.py)" in out
+    assert "s_wrong_name: graded: your file is named solution.py: rename solution.py to toy.py" in out
+    assert "s_link: graded: toy.py is a symbolic link" in out
     assert {s: course.report_path(s).stat().st_mtime_ns for s in graded.expected} == before
 
 
