@@ -9,6 +9,7 @@
 3. A class of the gpu_thread_twin corpus entry (the reference plus a thread that copies GPU
    memory in bursts from import) and N distinct reference copies, graded K times with
    `grade-all --jobs J`: every reference copy must score full marks.
+4. With --rate-copies M: M reference copies alone, for the class rate (gradings a minute).
 Prints a table per check and exits 1 if any check failed.
 """
 from __future__ import annotations
@@ -98,12 +99,12 @@ def cold_beside_load(n: int, work: Path) -> list[dict]:
     return out
 
 
-def noisy_class(copies: int, jobs: int, work: Path, k: int) -> list[dict]:
+def noisy_class(copies: int, jobs: int, work: Path, k: int, noisy: bool = True) -> list[dict]:
     assignment = Assignment.find(None)
     mutants = Path(tempfile.mkdtemp(prefix="grader-mutants-"))
     hog = next(e for e in load_corpus(assignment, mutants=mutants) if e.name == "gpu_thread_twin").file
     course = work / f"class-{k}"
-    students = {"noisy": hog.read_text()}
+    students = {"noisy": hog.read_text()} if noisy else {}
     for i in range(copies):
         students[f"ref{i:02d}"] = REFERENCE.read_text() + f"\n# copy {i}\n"
     for student, text in students.items():
@@ -134,6 +135,8 @@ def main() -> int:
     ap.add_argument("--class-copies", type=int, default=8)
     ap.add_argument("--classes", type=int, default=2)
     ap.add_argument("--jobs", type=int, default=3)
+    ap.add_argument("--rate-copies", type=int, default=0,
+                    help="then a class of this many reference copies alone, for the class rate")
     ap.add_argument("--out", default="build/busy_gpu.json")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="busy-gpu-"))
@@ -147,6 +150,9 @@ def main() -> int:
     for k in range(args.classes):
         print(f"class {k}: gpu_thread_twin and {args.class_copies} reference copies, --jobs {args.jobs}:", flush=True)
         found["classes"] += noisy_class(args.class_copies, args.jobs, work, k)
+    if args.rate_copies:
+        print(f"rate: {args.rate_copies} reference copies, --jobs {args.jobs}, nothing else on the GPU:", flush=True)
+        found["classes"] += noisy_class(args.rate_copies, args.jobs, work, args.classes, noisy=False)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(found, indent=1))
     bad = [r for r in found["cold"] + found["classes"] if not r["ok"]]
