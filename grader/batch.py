@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import feedback, gradebook
+from . import feedback, gradebook, leftovers
 from . import results as reports
 from .assignment import REPO
 from .course import Course, Row
@@ -105,7 +105,10 @@ class Runner:
         with self.lock:
             if self.stopping:
                 return None, "interrupted"
-            proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **env}, stdout=subprocess.PIPE,
+            # The grading ends with us where it can (grader/leftovers.py), and a later run finds it
+            # by our identity where it could not.
+            env = {**os.environ, **env, leftovers.PARENT_ENV: leftovers.identity()}
+            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
             self.live.add(proc)
         try:

@@ -65,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         from .validate import main as validate
         return validate(args)
 
+    from .leftovers import PARENT_ENV, die_with_parent
+    die_with_parent(os.environ.pop(PARENT_ENV, None))       # a grading of grade-all's, or of a cluster task's
     try:
         assignment = Assignment.find(args.assignment)
     except AssignmentError as exc:

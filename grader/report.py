@@ -124,9 +124,9 @@ def summary_markdown(assignment: Assignment, areas: dict[str, AreaResult], score
         lines += [f"**Partly graded: {why}. The rest of the score is final.**", ""]
     lines += ["| area | tests passed | points |", "|---|---|---|"]
     for a in areas.values():
-        pts = f"{a.score:.2f} / {a.points:.2f}" if a.graded else "not graded here"
+        pts = f"{a.score:.2f} / {a.points:.2f}" if a.graded else (a.note or "not graded on this machine")
         note = f" ({a.note})" if a.note and a.graded else ""
-        lines.append(f"| {a.name} | {a.passed}/{a.total} | {pts}{note} |")
+        lines.append(f"| {a.name} | {f'{a.passed}/{a.total}' if a.graded else '–'} | {pts}{note} |")
     return "\n".join(lines)
 
 
@@ -139,7 +139,10 @@ def write_atomically(report: dict, path: Path) -> None:
 def terminal_table(report: dict) -> str:
     rows = [("area", "passed", "points")]
     for name, a in areas(report).items():
-        pts = f"{a['score']:.2f}/{a['points']:.2f}" if a["graded"] else "n/a"
+        if not a["graded"]:         # no test of it ran: neither a count nor points, only why
+            rows.append((name, "–", a["note"] or "not graded on this machine"))
+            continue
+        pts = f"{a['score']:.2f}/{a['points']:.2f}"
         rows.append((name, f"{a['passed']}/{a['total']}", pts + (f"  {a['note']}" if a["note"] else "")))
     rows.append(("total", "", f"{report['score']:.2f}/{report['max_score']:.2f}"))
     width = [max(len(r[i]) for r in rows) for i in range(2)]
