@@ -296,6 +296,22 @@ def warm_triton() -> None:
         pass
 
 
+def autotune_first_config() -> None:
+    """Under TRITON_INTERPRET=1 @triton.autotune cannot time its configs (no GPU driver: "0
+    active drivers"), and a CPU's timing would mean nothing anyway. Every config must give
+    the same result, so the first is taken without running the others. Autotune only times
+    at a launch, never at import, so this runs once the file is imported, and only if it
+    imported Triton: importing it here would cost a file without kernels seconds."""
+    if os.environ.get("TRITON_INTERPRET") != "1" or "triton" not in sys.modules:
+        return
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except ImportError:
+        return
+    if getattr(Autotuner, "_bench", None) is not None:
+        Autotuner._bench = lambda self, *args, config, **meta: [0.0, 0.0, 0.0]
+
+
 def main() -> None:
     global torch, _device_synchronize
     ap = argparse.ArgumentParser()
@@ -336,6 +352,8 @@ def main() -> None:
     except BaseException as exc:
         wire.send(sock, {"ok": False, "error": error_of(exc)})
         return
+    if opts.device == "cpu":
+        autotune_first_config()
     wanted = [f for f in opts.functions.split(",") if f]
     present = [f for f in wanted if callable(getattr(module, f, None))]
     wire.send(sock, {"ok": True, "functions": present})
