@@ -112,7 +112,8 @@ def loader_folders() -> list[str]:
 
     def read(path: str, depth: int = 0) -> None:
         try:
-            lines = open(path).read().splitlines()
+            with open(path) as f:
+                lines = f.read().splitlines()
         except OSError:
             return
         for line in lines:
