@@ -121,7 +121,8 @@ class Grading:
         if self._submission is not None:
             sub = self._submission
             self.write(records.WORKER, {"restarts": sub.restarts, "failures": sub.failures[-20:],
-                                       "import_error": sub.unavailable, "timings": sub.timings})
+                                       "import_error": sub.unavailable, "timings": sub.timings,
+                                       "log_tail": sub.log_tail()})
             sub.close()
         if self._spare is not None:     # taken, but the run never asked for the submission
             self._spare.close()

@@ -110,6 +110,21 @@ def allowed_score(entry: Entry, report: dict | None) -> float | None:
     return entry.deserves if drop is True else entry.deserves_without_drop
 
 
+def paid_off(entry: Entry, report: dict | None, score) -> str | None:
+    """Where a cheat scored more than it deserves but within what weaker isolation allows it
+    (workers without a uid of their own), the warning to print: the grades of such a machine
+    do not hold against it, and that must not pass unseen."""
+    if entry.kind != "adversarial" or entry.deserves is None or report is None:
+        return None
+    if not isinstance(score, (int, float)) or score <= entry.deserves + EPS:
+        return None
+    if allowed_score(entry, report) == entry.deserves:
+        return None                       # over what it is allowed: a problem, not a warning
+    why = results.sandbox(report).get("why_not") or "the report does not say why"
+    return (f"WARNING: scored {score:g}, deserves {entry.deserves:g}; allowed here only because the "
+            f"workers had no uid of their own ({why})")
+
+
 def cell(expected: str | None, passed: bool) -> str:
     """ok (passed, as it must), killed (failed, as it must), MISS (must fail, passed),
     EXTRA (must pass, failed), or the bare outcome where nothing is expected."""
@@ -178,6 +193,9 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
     elif row.allowed is not None:
         if not isinstance(row.score, (int, float)) or row.score > row.allowed + EPS:
             row.problems.append(f"scored {row.score}, deserves at most {row.allowed:g}")
+    warning = paid_off(entry, report, row.score)
+    if warning:
+        row.notes.append(warning)
     least = row.max_score if entry.earns_at_least == "all" else entry.earns_at_least
     if entry.kind == "adversarial" and least is not None and not (
             isinstance(row.score, (int, float)) and row.score >= least - EPS):
@@ -241,6 +259,7 @@ def render(rows: list[Row], cols: list[str]) -> str:
     for r in rows:
         for p in r.problems:
             lines.append(f"! {r.entry.label}: {p}")
+        lines += [f"! {r.entry.label}: {n}" for n in r.notes if n.startswith("WARNING")]
     return "\n".join(lines)
 
 
@@ -377,7 +396,8 @@ def summary_line(row: Row) -> str:
     if row.skipped:
         return f"skipped ({row.skipped})"
     score = "no report" if row.score is None else f"{row.score:g}/{row.max_score:g}"
-    return f"{score} in {row.wall_s:.1f} s" + (f"  PROBLEM: {'; '.join(row.problems)}" if row.problems else "")
+    loud = row.problems + [n for n in row.notes if n.startswith("WARNING")]
+    return f"{score} in {row.wall_s:.1f} s" + (f"  PROBLEM: {'; '.join(loud)}" if loud else "")
 
 
 def run(assignment: Assignment, entries: list[Entry], device: str, out: Path,

@@ -109,6 +109,11 @@ def check(course: Course, expected: dict[str, dict]) -> list[str]:
             allowed = what["deserves"] if drop else what["deserves_without_drop"]
             if allowed is not None and report["score"] > allowed + EPS:
                 problems.append(f"{student}: {report['score']:g} points, deserves at most {allowed:g}")
+            elif what["deserves"] is not None and report["score"] > what["deserves"] + EPS:
+                print(f"WARNING {student}: {report['score']:g} points, deserves {what['deserves']:g}; allowed "
+                      f"only because the workers had no uid of their own "
+                      f"({results.sandbox(report).get('why_not') or 'the report does not say why'})",
+                      file=sys.stderr)
         elif what["kind"] == "slow" and not passed.get("write", True):
             problems.append(f"{student}: a slow but correct file fails write")
     return problems

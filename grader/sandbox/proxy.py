@@ -21,7 +21,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import wire
+from . import logs, wire
 from .confine import Confinement
 from .processes import children_of, kill_tree, private_rss, proc_table, signal_all, stopped
 
@@ -145,7 +145,7 @@ class Worker:
             env["TRITON_INTERPRET"] = "1"
         cmd = [sys.executable, "-s", str(scratch / "worker" / "worker.py"), "--fd", str(theirs.fileno()),
                "--module", str(module), "--device", device, "--functions", ",".join(functions)]
-        with open(self.log, "ab") as log:
+        with os.fdopen(logs.open_for_append(self.log), "ab") as log:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                          pass_fds=[theirs.fileno()], cwd=scratch / "home", env=env,
                                          start_new_session=True,
@@ -263,13 +263,7 @@ class Worker:
         self.sock.close()
 
     def log_tail(self, limit: int = 4000) -> str:
-        try:
-            with open(self.log, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - limit))
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return logs.tail(self.log, limit)
 
 
 def shared_tensor_root() -> str | None:
@@ -569,6 +563,10 @@ class Submission:
         if self.memory_in_a_row >= MEMORY_TO_GIVE_UP:
             self.unavailable = (f"your code met the memory limit on {MEMORY_TO_GIVE_UP} calls in a row "
                                 f"(the process running it {exc}), so the remaining tests were not run")
+
+    def log_tail(self) -> str:
+        """The end of what its workers printed, all of them one after another (instructor detail)."""
+        return logs.tail(self.scratch / "worker.log")
 
     def close(self) -> None:
         self._discard(None)

@@ -70,3 +70,31 @@ def test_check_counts_the_areas_a_wrong_file_fails_only_on_this_device(tmp_path)
     assert tool.check(Graded("cpu"), only) == []
     assert tool.check(Graded("cuda"), only) == ["wrong_layout_dims_misread: passes [] it must fail, "
                                                 "fails ['policy'] it must pass"]
+
+
+def test_the_check_fails_a_cheat_that_scored_and_warns_where_weak_isolation_let_it(load_tool, capsys):
+    """find_reference at 85/85 (a world-readable copy of the solution found on the disk) fails the
+    check where its workers had a uid of their own; where they had not, it is allowed, but said."""
+    from grader.assignment import Assignment
+    from grader.course import Row
+    tool = load_tool("make_demo_class")
+
+    def graded(drop: bool) -> Row:
+        report = {"score": 85.0, "max_score": 85.0,
+                  "extra_data": {"environment": {"device": "cpu"}, "areas": {},
+                                 "sandbox": {"privilege_drop": drop, "why_not": None if drop else "not root"}}}
+        return Row("adv_find_reference", "graded", 85.0, 85.0, report=report)
+
+    class Course:
+        assignment = Assignment.find(None)
+
+        def __init__(self, drop):
+            self.drop = drop
+
+        def rows(self):
+            return [graded(self.drop)]
+
+    expected = {"adv_find_reference": {"kind": "adversarial", "deserves": 0.0, "deserves_without_drop": None}}
+    assert tool.check(Course(True), expected) == ["adv_find_reference: 85 points, deserves at most 0"]
+    assert tool.check(Course(False), expected) == []
+    assert "WARNING adv_find_reference: 85 points, deserves 0" in capsys.readouterr().err
