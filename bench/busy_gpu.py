@@ -78,10 +78,17 @@ def verdict(report: dict) -> tuple[bool, str]:
     areas = results.areas(report)
     lost = {n: a["score"] for n, a in areas.items() if a.get("graded") and a["score"] < a["points"] - 1e-6}
     ok = score is not None and not lost and score >= top - 1e-6
-    perf = next((t for t in report.get("tests", []) if "performance" in t.get("tags", [])), None)
-    ratio = results.test_detail(perf).get("measure") if perf else None
-    return ok, f"{score}/{top}" + (f" lost {lost}" if lost else "") + (f" regrade: {why[:120]}" if why else "") + \
-        (f" ratio {ratio}" if ratio is not None else "")
+    perf = [t for t in report.get("tests", []) if "performance" in t.get("tags", [])]
+    ratio = results.test_detail(perf[0]).get("measure") if perf else None
+    figures = [results.test_detail(t).get("figures") or {} for t in perf]
+    attempts = sum(f.get("quiet_attempts", 0) for f in figures)
+    waited = max((f.get("quiet_waited_s", 0) for f in figures), default=0)
+    lost_hints = "; ".join(t.get("output", "")[:150] for t in report.get("tests", [])
+                           if t.get("status") == "failed" and "performance" not in t.get("tags", []))
+    return ok, f"{score}/{top}" + (f" lost {lost}: {lost_hints}" if lost else "") + \
+        (f" regrade: {why[:120]}" if why else "") + (f" ratio {ratio}" if ratio is not None else "") + \
+        (f" quiet: {attempts:g} attempts, {waited:.1f} s waited" if figures else "") + \
+        f" {report.get('execution_time', 0):.0f} s"
 
 
 def cold_beside_load(n: int, work: Path) -> list[dict]:

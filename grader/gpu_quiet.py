@@ -66,15 +66,15 @@ class QuietGpu:
         self.windows: list[int] = []       # each quiet measurement: how many attempts it took
         self.unchecked = self.handle is None
         self.budget_s = BUDGET_S
+        self.waited_s = 0.0                # waiting for quiet, over the grading
 
-    def foreign(self, since_us: int) -> list[Activity]:
-        """Processes outside this grading that used the GPU in samples taken after since_us."""
+    def foreign(self, since_us: int, ours: set[int]) -> list[Activity]:
+        """Processes outside `ours` that used the GPU in samples taken after since_us."""
         import pynvml
         try:
             samples = pynvml.nvmlDeviceGetProcessUtilization(self.handle, since_us)
         except pynvml.NVMLError_NotFound:
             return []                      # no process used the GPU since then
-        ours = self.ours()
         seen: dict[int, list] = {}
         for s in samples:
             if s.timeStamp > since_us and s.pid not in ours and (s.smUtil or s.memUtil):
@@ -83,11 +83,11 @@ class QuietGpu:
                          (max(s.timeStamp for s in ss) - min(s.timeStamp for s in ss)) / 1e6 + RECENT_S)
                 for pid, ss in seen.items()]
 
-    def wait_quiet(self, deadline: float) -> list[Activity]:
+    def wait_quiet(self, deadline: float, ours: set[int]) -> list[Activity]:
         """Wait until no foreign process used the GPU in the last RECENT_S; what was last seen
         busy when the deadline passed, or [] once quiet."""
         while True:
-            busy = self.foreign(_now_us() - int(RECENT_S * 1e6))
+            busy = self.foreign(_now_us() - int(RECENT_S * 1e6), ours)
             if not busy or time.monotonic() >= deadline:
                 return busy
             time.sleep(0.05)
@@ -114,14 +114,18 @@ class QuietGpu:
 
     def _attempts(self, fn: Callable[[], T], deadline: float) -> T:
         busy: list[Activity] = []
+        # Once per measurement: a scan of /proc from the watching thread would hold the GIL
+        # while the window runs, and slow the very timing it guards.
+        ours = self.ours()
         for attempt in range(1, ATTEMPTS + 1):
             waited = time.monotonic()
-            busy = self.wait_quiet(deadline)
+            busy = self.wait_quiet(deadline, ours)
+            self.waited_s += time.monotonic() - waited
             self.budget_s -= time.monotonic() - waited      # only waiting counts, not measuring
             if busy:
                 break
             start = _now_us()
-            with _Watch(self, start) as watch:
+            with _Watch(self, start, ours) as watch:
                 result = fn()
                 end = _now_us()
                 self.covered_end(end)
@@ -142,14 +146,14 @@ class _Watch:
     """Reads the samples since `start` every POLL_S from a thread of ours while a window runs,
     and once more at its end; `seen` is every foreign process found busy in any reading."""
 
-    def __init__(self, quiet: QuietGpu, start_us: int):
-        self.quiet, self.start_us = quiet, start_us
+    def __init__(self, quiet: QuietGpu, start_us: int, ours: set[int]):
+        self.quiet, self.start_us, self.ours = quiet, start_us, ours
         self.found: dict[int, Activity] = {}
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._poll, daemon=True)
 
     def _read(self) -> None:
-        for a in self.quiet.foreign(self.start_us):
+        for a in self.quiet.foreign(self.start_us, self.ours):
             self.found[a.pid] = a if a.pid not in self.found else max(self.found[a.pid], a,
                                                                       key=lambda x: max(x.sm, x.mem))
 
@@ -175,6 +179,7 @@ class Unchecked:
     """Where there is no GPU: measurements run as they are (nothing is scored on a timing there)."""
     unchecked = True
     problem = None
+    waited_s = 0.0
 
     def __init__(self):
         self.windows: list[int] = []

@@ -62,6 +62,9 @@ MEMORY_TO_GIVE_UP = 3
 # How long time_calls looks for a timed batch's outputs after the worker has answered: a worker
 # that answers early by a factor past this has its window closed with the outputs not there, and
 # the caller's check fails it.
+# How long a worker that answered is given to unmap what it was handed and say so, before it
+# is frozen anyway: on the H200 the unmapping took milliseconds.
+IDLE_WAIT_S = 2.0
 SETTLE_FACTOR = 20
 SETTLE_MIN_S = 0.05
 
@@ -153,6 +156,7 @@ class Worker:
         theirs.close()
         LIVE.add(self.proc.pid)
         self.frozen: set[int] = set()
+        self.expect_idle = False        # a request was answered, its "idle" not yet read
 
     def tree(self) -> set[int]:
         """The worker and everything it started: its uid's processes where that uid is its own,
@@ -179,6 +183,14 @@ class Worker:
         run to their end; a timing window waits for the GPU to be quiet (gpu_quiet.py)."""
         if self.frozen or self.proc.poll() is not None:
             return
+        if self.expect_idle:
+            self.expect_idle = False
+            try:       # see worker.serve; a worker that never says it is idle is frozen all the same
+                wire.recv(self.sock, deadline=time.monotonic() + IDLE_WAIT_S)
+            except (OSError, EOFError, wire.WireError):
+                pass
+            finally:
+                self.sock.settimeout(None)
         pids = self.tree()
         signal_all(pids, signal.SIGSTOP)
         self.frozen = pids
@@ -196,6 +208,7 @@ class Worker:
     def request(self, header: dict, timeout: float, fds: list[int] = ()) -> tuple[dict, list[bytes]]:
         self.thaw()
         if header:
+            self.expect_idle = header.get("op") in ("call", "prepare", "go")
             try:
                 wire.send(self.sock, header, fds=fds)
             except OSError:
@@ -533,11 +546,11 @@ class Submission:
             if not self.unavailable:
                 self.start()       # the next worker imports torch while the next test builds its inputs
             raise
-        if freeze:
-            worker.freeze()
         self.timeouts_in_a_row = 0
         if reply.get("poisoned"):
             self._discard(f"{name}: CUDA context poisoned")
+        elif freeze:
+            worker.freeze()
         err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
         if reply.get("ok") is not True and err.get("out_of_memory") is True:
             # Refused at the memory limit: as costly as being killed there, call after call.

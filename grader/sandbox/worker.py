@@ -284,6 +284,9 @@ def serve(sock: socket.socket, module, device: str) -> None:
                 mapper.close()
             except Exception:
                 return                       # the grader sees the worker gone and starts another
+        # Done with the request, mappings given back: the grader freezes the worker only after
+        # this, or a frozen worker would hold the test's gigabytes of GPU memory until its next call.
+        wire.send(sock, {"idle": True})
 
 
 def warm_triton() -> None:
