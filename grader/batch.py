@@ -26,10 +26,10 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import feedback, gradebook
+from . import feedback, gradebook, leftovers
 from . import results as reports
 from .assignment import REPO
-from .course import Course, Row, sha256_of
+from .course import Course, Row
 from .files import atomic_write
 from .machines import SlotPool
 from .warm import WarmHost
@@ -42,7 +42,7 @@ STOP_GRACE_S = 30       # a stopped grading still kills its workers and writes i
 class Job:
     """One distinct file to grade, for every student who submitted it."""
     sha256: str
-    file: Path
+    file: Path      # the first student's hand-in folder: a link in it must not be followed
     students: list[str] = field(default_factory=list)
 
 
@@ -65,15 +65,17 @@ def plan(course: Course, device: str) -> tuple[list[Job], dict[Path, list[str]],
     todo: dict[str, Job] = {}
     unchanged = 0
     for student in course.students():
-        path, _ = course.submission(student)
-        if path is None:
+        picked, _ = course.submission(student)
+        if picked is None:
             continue
-        sha = sha256_of(path)
+        sha = picked.sha256
         if course.is_current(course.read_report(student), sha, device):
             current.setdefault(sha, course.report_path(student))
             unchanged += 1
         else:
-            todo.setdefault(sha, Job(sha, path)).students.append(student)
+            # The hand-in folder, not a file in it: the grading applies the same rule again, and
+            # a refused hand-in (a link, a misnamed file) gets its 0-point report from it too.
+            todo.setdefault(sha, Job(sha, course.submission_folder(student))).students.append(student)
     copies = {current[sha]: job.students for sha, job in todo.items() if sha in current}
     return [job for sha, job in todo.items() if sha not in current], copies, unchanged
 
@@ -96,14 +98,17 @@ class Runner:
         partial = dest.with_name(".report.json.grading")
         partial.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "grader", "grade", "--assignment", str(self.course.assignment.folder.resolve()),
-               "--submission", str(job.file.resolve()), "--report", str(partial.resolve()),
+               "--submission", str(job.file.absolute()), "--report", str(partial.resolve()),
                "--device", self.device, "--quiet",
                # Other students' files and reports are closed to the worker, as the hidden tests are.
                "--protect", str(self.course.root.resolve())]
         with self.lock:
             if self.stopping:
                 return None, "interrupted"
-            proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **env}, stdout=subprocess.PIPE,
+            # The grading ends with us where it can (grader/leftovers.py), and a later run finds it
+            # by our identity where it could not.
+            env = {**os.environ, **env, leftovers.PARENT_ENV: leftovers.identity()}
+            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
             self.live.add(proc)
         try:

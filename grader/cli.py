@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="command", required=True)
     g = sub.add_parser("grade", help="grade one submission and write its report")
     g.add_argument("--assignment", help="assignment folder (default: the only one under assignment/)")
-    g.add_argument("--submission", help="the submitted .py file (default: the reference)")
+    g.add_argument("--submission", help="the submitted .py file, or a student's hand-in folder, which must hold "
+                   "the assignment's file name exactly (default: the reference)")
     g.add_argument("--report", default="build/report.json", help="where to write results.json")
     g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     g.add_argument("--seed", type=int, help="input seed (default: drawn afresh)")
@@ -50,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
                                             "spread over the GPUs, timing tests taking turns)")
     v.add_argument("--cold", action="store_true", help="every grading starts its own test process (default: "
                                                         "a warm host per slot, as grade-all)")
+    v.add_argument("--under-load", action="store_true",
+                   help="keep the GPU's memory busy with a copy loop of another process meanwhile (GPU "
+                        "only): scores must not move, and a timing is full or not measured")
     v.add_argument("--reports-dir", help=argparse.SUPPRESS)     # where --jobs puts each entry's report
     from . import grade_all, summary
     grade_all.add_parser(sub)   # grade-all
@@ -61,12 +65,16 @@ def main(argv: list[str] | None = None) -> int:
         from .validate import main as validate
         return validate(args)
 
+    from .leftovers import PARENT_ENV, die_with_parent
+    die_with_parent(os.environ.pop(PARENT_ENV, None))       # a grading of grade-all's, or of a cluster task's
     try:
         assignment = Assignment.find(args.assignment)
     except AssignmentError as exc:
         return _fail(str(exc))
     submission = Path(args.submission) if args.submission else assignment.reference
-    if not submission.is_file():
+    # Only a path that names nothing is the command line's fault; a link, a device or a hand-in
+    # folder without the right file is the submission's, and gets a report that says why.
+    if not os.path.lexists(submission):
         return _fail(f"no submission file at {submission}")
     try:
         device = resolve_device(args.device)

@@ -156,8 +156,9 @@ class _SubmititBatch:
         return task_time_min(self.timeout_s * chunk_size)
 
     def _task_args(self, chunk: list[Job]) -> tuple:
-        # Absolute paths: the task starts in the repository, not where grade-all was started.
-        return (self._root, self._assignment, [Job(j.sha256, j.file.resolve(), list(j.students)) for j in chunk],
+        # Absolute paths: the task starts in the repository, not where grade-all was started;
+        # not resolved, which would follow a link the grading must refuse.
+        return (self._root, self._assignment, [Job(j.sha256, j.file.absolute(), list(j.students)) for j in chunk],
                 self.device, self.timeout_s, self.warm)
 
     def _outcomes(self, chunk: list[Job], sjob, state: str) -> list[Outcome]:
@@ -268,8 +269,7 @@ class SlurmBatch(_SubmititBatch):
     def _states(self) -> dict[str, str]:
         """task id ("123_4") -> Slurm state, for the tasks squeue still knows (all of them
         until MinJobAge after they end)."""
-        out = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-j", self.array_id, "-o", "%i|%T"],
-                             capture_output=True, text=True)
+        out = _slurm(["squeue", "-h", "-r", "-t", "all", "-j", self.array_id, "-o", "%i|%T"])
         if out.returncode != 0:
             if "Invalid job id" in out.stderr:       # every task ended long enough ago
                 return {}
@@ -280,7 +280,10 @@ class SlurmBatch(_SubmititBatch):
         """Cancel the whole array; tasks in flight end their gradings and keep no report."""
         if self.array_id is None:
             return
-        subprocess.run(["scancel", self.array_id], capture_output=True)
+        try:
+            _slurm(["scancel", self.array_id])
+        except ClusterError:
+            return
         deadline = time.monotonic() + STOP_GRACE_S + 30
         while time.monotonic() < deadline:
             try:
@@ -366,15 +369,28 @@ def slurm_device(device: str, partition: str | None) -> str:
     if device != "auto":
         return device
     cmd = ["sinfo", "-h", "-o", "%G"] + (["-p", partition] if partition else [])
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    out = _slurm(cmd)
     if out.returncode != 0:
         raise ClusterError(f"sinfo failed: {out.stderr.strip() or out.stdout.strip()}")
     return "cuda" if "gpu" in out.stdout else "cpu"
 
 
 def cluster_nodes() -> int:
-    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True)
+    """Nodes sinfo lists; 0 where it cannot say (no Slurm here: nothing to warn about)."""
+    try:
+        out = _slurm(["sinfo", "-h", "-N", "-o", "%N"])
+    except ClusterError:
+        return 0
     return len(set(out.stdout.split())) if out.returncode == 0 else 0
+
+
+def _slurm(cmd: list[str]) -> subprocess.CompletedProcess:
+    """One of Slurm's commands; ClusterError, not a traceback, where this machine lacks it."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise ClusterError(f"no {cmd[0]} on this machine: run grade-all --executor slurm where Slurm's "
+                           "commands are (a login node), or use --executor local") from None
 
 
 def node_local_warning(paths: list[Path], nodes: int | None = None) -> str | None:

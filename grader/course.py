@@ -10,17 +10,14 @@ sha256, this grader's version and the assignment (with its suites' fingerprint);
 """
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import __version__
+from . import __version__, submission_file
 from . import results as reports
 from .assignment import Assignment
 
-# nbgrader's own bookkeeping beside a submission: not something the student handed in.
-BOOKKEEPING = {"timestamp.txt"}
 
 
 @dataclass
@@ -62,19 +59,17 @@ class Course:
             return []
         return sorted(p.name for p in top.iterdir() if p.is_dir() and not p.name.startswith("."))
 
-    def submission(self, student: str) -> tuple[Path | None, str]:
-        """The file to grade, or None and why there is none."""
+    def submission(self, student: str) -> tuple[submission_file.Picked | None, str]:
+        """What the student handed in, by the rule every way in shares (grader/submission_file.py):
+        the file to grade, or a refusal that still gets a 0-point report and feedback saying why;
+        None and why when there is nothing to grade at all."""
         folder = self.submission_folder(student)
         if not folder.is_dir():
             return None, f"no {self.assignment.id} folder in submitted/{student}"
-        path = folder / self.assignment.submission
-        if path.is_file():
-            return path, ""
-        others = sorted(p.name for p in folder.iterdir() if p.name not in BOOKKEEPING)
-        if not others:
+        picked = submission_file.find(folder, self.assignment.submission)
+        if isinstance(picked, submission_file.Refused) and picked.empty:
             return None, "the submission folder is empty"
-        shown = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
-        return None, f"no {self.assignment.submission} in the submission folder (found {shown})"
+        return picked, ""
 
     def read_report(self, student: str) -> dict | None:
         return reports.read_or_none(self.report_path(student))
@@ -83,6 +78,7 @@ class Course:
         if report is None:
             return False
         return (reports.sha256(report) == sha256
+                and reports.regrade(report) is None
                 and reports.grader_version(report) == __version__
                 and reports.assignment_of(report) == (self.assignment.id, self._fingerprint)
                 and (device is None or reports.device(report) == device))
@@ -100,10 +96,10 @@ class Course:
         return rows
 
     def _row(self, student: str) -> Row:
-        path, why = self.submission(student)
-        if path is None:
+        picked, why = self.submission(student)
+        if picked is None:
             return Row(student, "missing", note=why)
-        sha = sha256_of(path)
+        sha = picked.sha256
         report = self.read_report(student)
         if self.is_current(report, sha):
             return _from_report(student, "graded", report, sha)
@@ -113,7 +109,9 @@ class Course:
             return Row(student, "error", note=first[0] if first else "grading failed", sha256=sha)
         if report is not None:
             row = _from_report(student, "stale", report, sha)
-            row.note = "report is for another file or grader version: run grade-all again"
+            why = reports.regrade(report)
+            row.note = (f"partly graded, run grade-all again: {why}" if why and reports.sha256(report) == sha
+                        else "report is for another file or grader version: run grade-all again")
             return row
         return Row(student, "pending", note="not graded yet", sha256=sha)
 
@@ -121,7 +119,3 @@ class Course:
 def _from_report(student: str, status: str, report: dict, sha: str) -> Row:
     return Row(student, status, float(report.get("score", 0.0)), float(report.get("max_score", 0.0)),
                reports.area_points(report), reports.problem(report) or "", sha, report)
-
-
-def sha256_of(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()

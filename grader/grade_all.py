@@ -9,10 +9,11 @@ import signal
 import sys
 from pathlib import Path
 
-from . import batch, gradebook
+from . import batch, gradebook, leftovers
 from .assignment import Assignment, AssignmentError
 from .batch import BatchResult, LocalBatch, default_timeout, grade_all, publish
 from .course import Course
+from .course_lock import BUSY_EXIT, CourseBusy, CourseLock, LockUnavailable
 
 def add_parser(sub) -> None:
     p = sub.add_parser("grade-all", help="grade every submission of a course folder (nbgrader layout)",
@@ -28,6 +29,9 @@ def add_parser(sub) -> None:
     p.add_argument("--db", help="nbgrader gradebook URL (default: sqlite:///COURSE/gradebook.db)")
     p.add_argument("--no-gradebook", action="store_true", help="leave nbgrader's gradebook alone")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--wait", action="store_true",
+                   help=f"when another grade-all holds the course, wait for it (default: exit with status "
+                        f"{BUSY_EXIT}, naming it)")
     p.add_argument("--cold", action="store_true",
                    help="every grading starts its own test process (default: a warm host per slot keeps torch, "
                         "CUDA and the reference's worker up across gradings; grader/warm.py)")
@@ -62,25 +66,43 @@ def main(args) -> int:
     if not (root / "submitted").is_dir():
         return _usage(f"no submitted/ folder in {root}")
     course = Course(root, assignment)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    lock = CourseLock(root)
+    try:
+        lock.acquire(wait=args.wait, say=lambda text: print(f"grade-all: {text}", file=sys.stderr, flush=True))
+        return _run(args, course)
+    except CourseBusy as exc:
+        print(f"grade-all: {exc}", file=sys.stderr)
+        return BUSY_EXIT
+    except LockUnavailable as exc:
+        return _usage(str(exc))
+    except KeyboardInterrupt:
+        print("grade-all: interrupted; finished reports are kept, run it again to resume", file=sys.stderr)
+        return 130
+    finally:
+        lock.release()
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args, course: Course) -> int:
+    """The run itself, the course's lock held."""
+    # Ours alone now: whatever runs that died left is theirs, not a neighbour's.
+    swept = leftovers.sweep(course.root)
+    if swept:
+        print(f"grade-all: removed what a run that died left: {', '.join(swept)}", file=sys.stderr)
     try:
         executor = make_executor(args, course)
     except ValueError as exc:
         return _usage(str(exc))
     if executor.note:
         print(executor.note, file=sys.stderr)
-    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         result = grade_all(course, executor.device, progress=not args.no_progress, executor=executor)
-    except KeyboardInterrupt:
-        print("grade-all: interrupted; finished reports are kept, run it again to resume", file=sys.stderr)
-        return 130
     except RuntimeError as exc:          # the cluster refused the batch
         print(f"grader: {exc}", file=sys.stderr)
         return 1
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    csv_path = Path(args.csv) if args.csv else root / f"grades-{assignment.id}.csv"
-    db_url = None if args.no_gradebook else (args.db or gradebook.default_db_url(root))
+    csv_path = Path(args.csv) if args.csv else course.root / f"grades-{course.assignment.id}.csv"
+    db_url = None if args.no_gradebook else (args.db or gradebook.default_db_url(course.root))
     notes = publish(course, result.rows, csv_path, db_url)
     print(describe(result, executor.describe()))
     for note in notes:

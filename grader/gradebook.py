@@ -99,5 +99,7 @@ def _timestamp(course: Course, student: str) -> str:
             return text
         except (ValueError, OverflowError):
             pass
-    mtime = (folder / course.assignment.submission).stat().st_mtime
+    # A refused hand-in has no such file, or a link there: its own time, never its target's.
+    entry = folder / course.assignment.submission
+    mtime = (entry.lstat() if os.path.lexists(entry) else folder.stat()).st_mtime
     return datetime.datetime.fromtimestamp(mtime, datetime.timezone.utc).isoformat()

@@ -93,6 +93,14 @@ class Grading:
             self._reference.start()
         return self._reference
 
+    def ours(self) -> set[int]:
+        """The processes of this grading: what may use its GPU while it times a kernel."""
+        pids = {os.getpid()}
+        for sub in (self._submission, self._reference, WARM.spare_submission if WARM is not None else None):
+            if isinstance(sub, Submission) and sub.started:
+                pids |= sub._worker.tree()
+        return pids
+
     @property
     def measures_here(self) -> bool:
         """Whether an area graded on this device is scored on a measure (a curve)."""
@@ -113,7 +121,8 @@ class Grading:
         if self._submission is not None:
             sub = self._submission
             self.write(records.WORKER, {"restarts": sub.restarts, "failures": sub.failures[-20:],
-                                       "import_error": sub.unavailable, "timings": sub.timings})
+                                       "import_error": sub.unavailable, "timings": sub.timings,
+                                       "log_tail": sub.log_tail()})
             sub.close()
         if self._spare is not None:     # taken, but the run never asked for the submission
             self._spare.close()
@@ -138,6 +147,10 @@ class Warm:
     @staticmethod
     def _spare_key(grading: Grading) -> tuple:
         return (grading.submission_path.name, grading.device, grading.want_uid)
+
+    @property
+    def spare_submission(self) -> Submission | None:
+        return self._spare[1] if self._spare is not None else None
 
     @property
     def has_spare(self) -> bool:
@@ -338,10 +351,29 @@ _NOT_ALONE = pytest.StashKey[bool]()
 _TURN = pytest.StashKey["gpu_turns.Turn"]()
 
 
+@pytest.fixture(scope="session")
+def quiet_gpu(request, device):
+    """quiet_gpu.measure(fn) runs fn (a timing) in a window where no process outside this
+    grading used the GPU, made again beside foreign work; past its bound it raises Busy, and
+    the test is not measured (see gpu_quiet.py). On the CPU it just runs fn."""
+    from . import gpu_quiet
+    if device.type != "cuda":
+        return gpu_quiet.Unchecked()
+    grading = _grading(request.config)
+    quiet = gpu_quiet.QuietGpu(device.index or 0, grading.ours)
+    grading.write(records.QUIET, {"checked": not quiet.unchecked, "problem": quiet.problem})
+    return quiet
+
+
 @pytest.fixture
-def measure(request):
-    """measure(x) records the figure an area with a curve is scored on."""
+def measure(request, quiet_gpu):
+    """measure(x) records the figure an area with a curve is scored on. On a GPU the figure
+    must come from quiet_gpu.measure in this test, so a timing beside foreign work never scores."""
+    windows = len(quiet_gpu.windows)
+
     def record(value: float) -> None:
+        if len(quiet_gpu.windows) == windows and not quiet_gpu.unchecked:
+            raise RuntimeError("the suite recorded a measure not timed through quiet_gpu.measure")
         request.node.stash[_MEASURE] = float(value)
     return record
 

@@ -11,8 +11,10 @@ COLLECTED = "collected.json"    # [{"nodeid", "area", "contract"}] for every tes
 PYTEST = "pytest.json"          # pytest-json-report's report; a test's "metadata" is its record:
                                 # area, contract, outcome, hint, and a measure and figures if timed
 SANDBOX = "sandbox.json"        # how the submission's worker was confined (extra_data.sandbox)
-WORKER = "worker.json"          # {"restarts", "failures", "import_error", "timings"} of the submission's worker
+WORKER = "worker.json"          # {"restarts", "failures", "import_error", "timings", "log_tail"} of the
+                                # submission's workers: log_tail is the end of what they printed
 DEVICE = "device.json"          # {"device_name", "cuda"}: the GPU the test process opened
+QUIET = "quiet.json"            # {"checked", "problem"}: whether timings were checked for foreign GPU work
 
 
 def read(folder: Path, name: str, kind: type):

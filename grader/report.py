@@ -12,7 +12,7 @@ from .assignment import Assignment
 from .files import replacing
 from .results import ReportError as ReportError, read as read   # the reader, beside the writer
 from .results import areas
-from .scoring import AreaResult, TestResult, totals
+from .scoring import OUTCOMES, AreaResult, TestResult, regrade, totals
 
 SCHEMA = Path(__file__).with_name("results.schema.json")
 
@@ -44,11 +44,11 @@ def build(assignment: Assignment, areas: dict[str, AreaResult], results: list[Te
             entry["extra_data"]["measure"] = round(r.measure, 4)
         if r.figures:
             entry["extra_data"]["figures"] = {k: float(f"{v:.6g}") for k, v in r.figures.items()}
-        if r.outcome != "skipped":
+        if r.outcome not in ("skipped", "not_measured"):
             entry["status"] = "passed" if r.outcome == "passed" and (r.score > 0 or r.max_score == 0) else "failed"
         tests.append(entry)
         instructor.setdefault("tests", {})[number] = r.nodeid
-    outcomes = {o: sum(r.outcome == o for r in results) for o in ("passed", "failed", "error", "crashed", "timeout", "skipped")}
+    outcomes = {o: sum(r.outcome == o for r in results) for o in OUTCOMES}
     report = {
         "score": round(score, 2),
         "max_score": round(max_score, 2),
@@ -72,6 +72,7 @@ def build(assignment: Assignment, areas: dict[str, AreaResult], results: list[Te
             "outcomes": outcomes,
             "phases": {k: round(v, 3) for k, v in phases.items()},
             "problem": problem,
+            "regrade": regrade(areas),
             "instructor": instructor,
         },
     }
@@ -107,7 +108,8 @@ def _student_output(r: TestResult) -> str:
     if r.outcome != "passed":
         label = {"crashed": "The worker running your code crashed",
                  "timeout": "Your code did not finish in time",
-                 "error": "The test could not run"}.get(r.outcome)
+                 "error": "The test could not run",
+                 "not_measured": "Not scored yet"}.get(r.outcome)
         parts.append(f"{label}: {r.hint}" if label else r.hint)
     return " ".join(p for p in parts if p)
 
@@ -117,11 +119,14 @@ def summary_markdown(assignment: Assignment, areas: dict[str, AreaResult], score
     lines = [f"**{assignment.title}**: {score:.2f} / {max_score:.2f}", ""]
     if problem:
         lines += [f"**{problem}**", ""]
+    why = regrade(areas)
+    if why:
+        lines += [f"**Partly graded: {why}. The rest of the score is final.**", ""]
     lines += ["| area | tests passed | points |", "|---|---|---|"]
     for a in areas.values():
-        pts = f"{a.score:.2f} / {a.points:.2f}" if a.graded else "not graded here"
+        pts = f"{a.score:.2f} / {a.points:.2f}" if a.graded else (a.note or "not graded on this machine")
         note = f" ({a.note})" if a.note and a.graded else ""
-        lines.append(f"| {a.name} | {a.passed}/{a.total} | {pts}{note} |")
+        lines.append(f"| {a.name} | {f'{a.passed}/{a.total}' if a.graded else '–'} | {pts}{note} |")
     return "\n".join(lines)
 
 
@@ -134,7 +139,10 @@ def write_atomically(report: dict, path: Path) -> None:
 def terminal_table(report: dict) -> str:
     rows = [("area", "passed", "points")]
     for name, a in areas(report).items():
-        pts = f"{a['score']:.2f}/{a['points']:.2f}" if a["graded"] else "n/a"
+        if not a["graded"]:         # no test of it ran: neither a count nor points, only why
+            rows.append((name, "–", a["note"] or "not graded on this machine"))
+            continue
+        pts = f"{a['score']:.2f}/{a['points']:.2f}"
         rows.append((name, f"{a['passed']}/{a['total']}", pts + (f"  {a['note']}" if a["note"] else "")))
     rows.append(("total", "", f"{report['score']:.2f}/{report['max_score']:.2f}"))
     width = [max(len(r[i]) for r in rows) for i in range(2)]

@@ -63,6 +63,12 @@ def problem(report: dict) -> str | None:
     return (report.get("extra_data") or {}).get("problem")
 
 
+def regrade(report: dict) -> str | None:
+    """Why the report must be made again (a timing found the GPU busy), or None."""
+    why = (report.get("extra_data") or {}).get("regrade")
+    return why if isinstance(why, str) and why else None
+
+
 def interrupted(report: dict) -> bool:
     """The grader caught SIGINT or SIGTERM while its suites ran (grader/run.py's exit -2)."""
     return _extra(report, "instructor").get("pytest_exit") == -2

@@ -4,7 +4,6 @@ what came back against what was collected and write the report once."""
 from __future__ import annotations
 
 import ast
-import hashlib
 import importlib.metadata
 import os
 import platform
@@ -18,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import records
+from . import records, submission_file
 from . import report as reports
 from . import warm
 from .assignment import REPO, Assignment
@@ -47,17 +46,13 @@ def environment(device: str) -> dict:
             else "unknown: the test run did not report it"}
 
 
-def precheck(path: Path, assignment: Assignment) -> str | None:
+def precheck(submission: "Path | submission_file.Accepted", assignment: Assignment) -> str | None:
     """Why the file cannot be graded at all, or None. Runs no submitted code."""
-    data = path.read_bytes()
-    if b"\0" in data:
-        return "the submission is not a Python source file (it contains binary data)"
+    picked = submission_file.read(submission) if isinstance(submission, Path) else submission
+    if isinstance(picked, submission_file.Refused):
+        return picked.reason
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return "the submission is not UTF-8 text, so it is not a Python source file"
-    try:
-        tree = ast.parse(text, filename=assignment.submission)
+        tree = ast.parse(picked.source, filename=assignment.submission)
     except SyntaxError as exc:
         return f"the submission does not parse as Python: line {exc.lineno}: {exc.msg}"
     defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
@@ -90,17 +85,26 @@ def grade(assignment: Assignment, submission: Path, report_path: Path, device: s
         signal.signal(signum, _raise_interrupted)
     device = resolve_device(device)
     seed = secrets.randbits(31) if seed is None else seed
-    data = submission.read_bytes()
-    meta = {"file": submission.name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    # Read once, here: the suites get a copy of these bytes, never the path the caller gave.
+    picked = submission_file.pick(submission, assignment.submission)
+    meta = {"file": picked.name, "sha256": picked.sha256, "bytes": len(picked.data)}
     env = environment(device)
     phases = {"startup_s": time.monotonic() - t0}
     instructor: dict = {"seed": seed}
-    problem = precheck(submission, assignment)
+    problem = precheck(picked, assignment)
     results: list[TestResult] = []
     sandbox: dict = {}
     if problem is None:
-        results, sandbox, problem = _run_suites(assignment, submission, device, seed, drop_privileges,
-                                                instructor, quiet, env, protect, host)
+        copy = Path(tempfile.mkdtemp(prefix="grader-submission-"))    # 0700: the grader's alone
+        try:
+            # Under the assignment's file name, as Python reads it (no BOM, LF line ends): the
+            # worker imports the module by that name, and the suites read the source as text.
+            handed = copy / assignment.submission
+            handed.write_text(picked.source, encoding="utf-8")
+            results, sandbox, problem = _run_suites(assignment, handed, device, seed, drop_privileges,
+                                                    instructor, quiet, env, protect, host)
+        finally:
+            shutil.rmtree(copy, ignore_errors=True)
     else:
         results = _collect_only(assignment, problem)
     phases["suites_s"] = time.monotonic() - t0 - phases["startup_s"]
@@ -221,10 +225,16 @@ def _run_suites(assignment, submission, device, seed, drop_privileges, instructo
         sandbox = records.read(state, records.SANDBOX, dict) or {}
         worker = records.read(state, records.WORKER, dict) or {}
         opened = records.read(state, records.DEVICE, dict) or {}
+        quiet = records.read(state, records.QUIET, dict)
     finally:
         for folder in (state, *roots.values()):
             shutil.rmtree(folder, ignore_errors=True)
     instructor.update(pytest_exit=code, worker=worker, test_process=how)
+    if quiet is not None:
+        # Whether a timing could tell a busy GPU (gpu_quiet.py): without NVML it cannot.
+        sandbox["gpu_quiet_checked"] = quiet.get("checked") is True
+        if quiet.get("problem"):
+            sandbox["gpu_quiet_problem"] = str(quiet["problem"])[:300]
     env.update({k: v for k, v in opened.items() if k in ("device_name", "cuda") and isinstance(v, str)})
     if collected is None:
         instructor["pytest_tail"] = tail[-6000:]

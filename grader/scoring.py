@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 
 from .assignment import Assignment
 
-OUTCOMES = ("passed", "failed", "error", "crashed", "timeout", "skipped")
+# not_measured: a timing found no quiet window on the GPU (gpu_quiet.py). Its area is left out
+# of the grading, as on a machine without the device, and the report asks for a regrade.
+OUTCOMES = ("passed", "failed", "error", "crashed", "timeout", "skipped", "not_measured")
 
 
 @dataclass
@@ -49,6 +51,9 @@ def score(assignment: Assignment, results: list[TestResult], device: str) -> dic
     for r in results:
         areas[r.area].total += 1
         areas[r.area].passed += r.outcome == "passed"
+        if r.outcome == "not_measured" and areas[r.area].graded:
+            areas[r.area].graded = False
+            areas[r.area].note = f"not measured, to be regraded: {r.hint}"
     # An area passes in full only when complete and not gated itself, so gates pass on:
     # a write gated by kernel_write gates performance too.
     graded = [name for name, a in areas.items() if a.graded]
@@ -56,7 +61,8 @@ def score(assignment: Assignment, results: list[TestResult], device: str) -> dic
     for area in areas.values():
         spec = assignment.areas[area.name]
         if not area.graded:
-            area.note = f"not graded here: needs {spec.device}"
+            # not a failure: said so, lest "0/3" beside it read as one
+            area.note = area.note or f"{'GPU' if spec.device == 'cuda' else spec.device} only: not graded on this machine"
             continue
         if area.total == 0:
             area.note = "no test of this area ran"
@@ -72,6 +78,12 @@ def score(assignment: Assignment, results: list[TestResult], device: str) -> dic
         r.score = r.max_score * assignment.areas[r.area].credit(r.measure) if passed else 0.0
         area.score += r.score
     return areas
+
+
+def regrade(areas: dict[str, AreaResult]) -> str | None:
+    """Why the grading must be made again (an area was not measured), or None."""
+    notes = [f"{a.name}: {a.note}" for a in areas.values() if a.note.startswith("not measured")]
+    return "; ".join(notes) or None
 
 
 def totals(areas: dict[str, AreaResult]) -> tuple[float, float]:

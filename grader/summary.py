@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import html
 import os
+import re
 import statistics
 import sys
 from collections import Counter, defaultdict
@@ -36,6 +37,11 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: now
 .bar { display: inline-block; height: 10px; background: #4a7fb5; vertical-align: middle; }
 .status-graded { color: #1a6b1a; } .status-missing, .status-error, .status-stale, .status-pending { color: #a33; }
 img { max-width: 100%; border: 1px solid #eee; } .note { color: #666; font-size: 12px; }
+table.students { width: 100%; table-layout: fixed; }
+table.students th { overflow-wrap: anywhere; vertical-align: bottom; }
+table.students td { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+col.student { width: 13em; } col.status { width: 5.5em; } col.score { width: 7.5em; } col.area { width: 5.5em; }
+col.files { width: 11em; }
 """
 
 
@@ -125,9 +131,17 @@ def _areas(course: Course, reports: list[Row], out: Path) -> str:
     ax.set_xlim(0, 110)
     ax.set_xlabel("% of graded students with the area's full points")
     skipped = [n for n in course.assignment.areas if n not in names]
-    note = (f'<p class="note">Not graded for anyone here: {html.escape(", ".join(skipped))}.</p>'
-            if skipped else "")
+    note = (f'<p class="note">Not graded on this machine, for anyone: {html.escape(_elsewhere(course, skipped))}.'
+            "</p>" if skipped else "")
     return "<h2>Pass rate per area</h2>" + _save(fig, out, "areas.png") + note
+
+
+def _elsewhere(course: Course, names: list[str]) -> str:
+    """"gpu_only (GPU only)" for areas graded on one device only, else the name alone."""
+    def only(name: str) -> str:
+        device = course.assignment.areas[name].device
+        return f" ({'GPU' if device == 'cuda' else device} only)" if device else ""
+    return ", ".join(name + only(name) for name in names)
 
 
 def _performance(reports: list[Row], out: Path) -> str:
@@ -189,11 +203,13 @@ def _tests(reports: list[Row]) -> str:
     seen: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
     for r in reports:
         areas = results.areas(r.report)
+        nodeids = ((r.report.get("extra_data") or {}).get("instructor") or {}).get("tests") or {}
         for t in r.report.get("tests", []):
             graded = all((areas.get(tag) or {}).get("graded") for tag in t.get("tags", []))
             if "status" not in t or not graded:     # not graded on that device
                 continue
-            key = (tuple(int(x) for x in str(t["number"]).split(".") if x.isdigit()), t["number"], t["name"])
+            name = t["name"] + _param(nodeids.get(str(t["number"])))
+            key = (tuple(int(x) for x in str(t["number"]).split(".") if x.isdigit()), t["number"], name)
             seen[key][0] += t["status"] == "passed"
             seen[key][1] += 1
     body = "".join(
@@ -204,12 +220,32 @@ def _tests(reports: list[Row]) -> str:
             + body + "</table>")
 
 
+# report.py's prefix on a test of a gated area: the gate is the cause, counted where it failed
+GATED = re.compile(r"^No points for this area until .*? passes completely\.\s*")
+
+
+def _hint(test: dict) -> str:
+    """What a failed test tells, without the gate's prefix: "" for a test that passed but
+    earned nothing because its area's gate failed."""
+    if results.test_detail(test).get("outcome") == "passed":
+        return ""
+    return GATED.sub("", " ".join(str(test.get("output", "")).split()))
+
+
+def _param(nodeid) -> str:
+    """" [case]" for a parametrised test's node id (the suite's names repeat over its cases)."""
+    if not isinstance(nodeid, str) or not nodeid.endswith("]") or "[" not in nodeid:
+        return ""
+    return f" [{nodeid[nodeid.index('[') + 1:-1]}]"
+
+
 def _hints(reports: list[Row]) -> str:
     tests, students = Counter(), defaultdict(set)
     for r in reports:
-        texts = [" ".join(str(t.get("output", "")).split()) for t in r.report.get("tests", [])
-                 if t.get("status") == "failed"]
-        if r.note and r.note not in texts:
+        texts = [text for text in (_hint(t) for t in r.report.get("tests", []) if t.get("status") == "failed")
+                 if text]
+        # A stale row's note says to grade again: not a hint of what the file got wrong.
+        if r.status == "graded" and r.note and r.note not in texts:
             texts.append(r.note)
         for text in texts:
             tests[text] += 1
@@ -241,20 +277,29 @@ def _link(path: Path, out: Path, text: str) -> str:
 
 
 def _students(course: Course, rows: list[Row], out: Path) -> str:
+    """One line a student, within the page's width: a long name or note is cut short on the
+    line and whole in its tooltip (and in the error log it links to)."""
     areas = list(course.assignment.areas)
-    head = "".join(f"<th>{html.escape(a)}</th>" for a in areas)
+    # Areas no report graded (GPU-only ones, on the CPU) are "–" for students without a report
+    # too, not the 0 that Course.rows gives them there.
+    graded_rows = [r for r in rows if r.report is not None]
+    nowhere = {a for a in areas if graded_rows and all(r.areas.get(a) is None for r in graded_rows)}
+    head = "".join(f"<th title=\"{html.escape(a)}\">{html.escape(a)}</th>" for a in areas)
+    cols = ("<colgroup><col class=student><col class=status><col class=score>" + "<col class=area>" * len(areas)
+            + "<col class=files><col></colgroup>")
     body = []
     for r in rows:
-        cells = "".join("<td class=num>–</td>" if r.areas.get(a) is None else f"<td class=num>{r.areas[a]:.1f}</td>"
-                        for a in areas)
+        cells = "".join("<td class=num>–</td>" if r.areas.get(a) is None or (r.report is None and a in nowhere)
+                        else f"<td class=num>{r.areas[a]:.1f}</td>" for a in areas)
         links = " ".join(filter(None, [_link(course.report_path(r.student), out, "report"),
                                        _link(course.feedback_path(r.student), out, "feedback"),
                                        _link(course.error_path(r.student), out, "error log")]))
         note = html.escape(r.note.splitlines()[0]) if r.note else ""
-        body.append(f"<tr><td>{html.escape(r.student)}</td><td class=status-{r.status}>{r.status}</td>"
-                    f"<td class=num>{r.score:.1f} / {r.max_score or 0:g}</td>{cells}<td class=nowrap>{links}</td>"
-                    f"<td class=note>{note}</td></tr>")
-    return (f"<h2>Students</h2><table><tr><th>student</th><th>status</th><th>score</th>{head}"
+        student = html.escape(r.student)
+        body.append(f"<tr><td title=\"{student}\">{student}</td><td class=status-{r.status}>{r.status}</td>"
+                    f"<td class=num>{r.score:.1f} / {r.max_score or 0:g}</td>{cells}<td>{links}</td>"
+                    f"<td class=note title=\"{note}\">{note}</td></tr>")
+    return (f"<h2>Students</h2><table class=students>{cols}<tr><th>student</th><th>status</th><th>score</th>{head}"
             f"<th>files</th><th>note</th></tr>" + "".join(body) + "</table>")
 
 

@@ -110,6 +110,21 @@ def allowed_score(entry: Entry, report: dict | None) -> float | None:
     return entry.deserves if drop is True else entry.deserves_without_drop
 
 
+def paid_off(entry: Entry, report: dict | None, score) -> str | None:
+    """Where a cheat scored more than it deserves but within what weaker isolation allows it
+    (workers without a uid of their own), the warning to print: the grades of such a machine
+    do not hold against it, and that must not pass unseen."""
+    if entry.kind != "adversarial" or entry.deserves is None or report is None:
+        return None
+    if not isinstance(score, (int, float)) or score <= entry.deserves + EPS:
+        return None
+    if allowed_score(entry, report) == entry.deserves:
+        return None                       # over what it is allowed: a problem, not a warning
+    why = results.sandbox(report).get("why_not") or "the report does not say why"
+    return (f"WARNING: scored {score:g}, deserves {entry.deserves:g}; allowed here only because the "
+            f"workers had no uid of their own ({why})")
+
+
 def cell(expected: str | None, passed: bool) -> str:
     """ok (passed, as it must), killed (failed, as it must), MISS (must fail, passed),
     EXTRA (must pass, failed), or the bare outcome where nothing is expected."""
@@ -159,6 +174,10 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
     row.expected = expectations(entry, cols, row.allowed, device)
     row.passed = area_passed(report, cols)
     row.cells = {a: cell(row.expected[a], row.passed[a]) for a in cols}
+    for a in cols:
+        if str((areas.get(a) or {}).get("note", "")).startswith("not measured"):
+            row.cells[a] = "n/m"       # the GPU was busy: to be regraded, judged neither way
+            row.notes.append(f"{a} not measured: {(areas.get(a) or {}).get('note', '')[:160]}")
     if entry.kind == "reference":
         if not isinstance(row.score, (int, float)) or row.score < (row.max_score or 0) - EPS:
             row.problems.append(f"the reference scored {row.score} of {row.max_score}")
@@ -174,6 +193,9 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
     elif row.allowed is not None:
         if not isinstance(row.score, (int, float)) or row.score > row.allowed + EPS:
             row.problems.append(f"scored {row.score}, deserves at most {row.allowed:g}")
+    warning = paid_off(entry, report, row.score)
+    if warning:
+        row.notes.append(warning)
     least = row.max_score if entry.earns_at_least == "all" else entry.earns_at_least
     if entry.kind == "adversarial" and least is not None and not (
             isinstance(row.score, (int, float)) and row.score >= least - EPS):
@@ -237,6 +259,7 @@ def render(rows: list[Row], cols: list[str]) -> str:
     for r in rows:
         for p in r.problems:
             lines.append(f"! {r.entry.label}: {p}")
+        lines += [f"! {r.entry.label}: {n}" for n in r.notes if n.startswith("WARNING")]
     return "\n".join(lines)
 
 
@@ -251,11 +274,16 @@ def schema_problems(report: dict) -> list[str]:
             for e in validator.iter_errors(report)][:10]
 
 
+LOAD: set[int] = set()      # the --under-load copy loop: ours, not a grading's leftover
+
+
 def stray_processes(uid: int | None, root: int | None = None, keep: set[int] = frozenset()) -> list[int]:
     """Live processes of the workers' uid, and live descendants of root (default: us), but
     for `keep` (a warm host and its reference worker) unless they run as the workers' uid."""
     root = os.getpid() if root is None else root
-    found = set(descendants(root)) - set(keep)
+    found = set(descendants(root)) - set(keep) - LOAD
+    for pid in LOAD:
+        found -= set(descendants(pid))
     if uid is not None:
         found |= processes_of(uid)
     found.discard(os.getpid())
@@ -368,7 +396,8 @@ def summary_line(row: Row) -> str:
     if row.skipped:
         return f"skipped ({row.skipped})"
     score = "no report" if row.score is None else f"{row.score:g}/{row.max_score:g}"
-    return f"{score} in {row.wall_s:.1f} s" + (f"  PROBLEM: {'; '.join(row.problems)}" if row.problems else "")
+    loud = row.problems + [n for n in row.notes if n.startswith("WARNING")]
+    return f"{score} in {row.wall_s:.1f} s" + (f"  PROBLEM: {'; '.join(loud)}" if loud else "")
 
 
 def run(assignment: Assignment, entries: list[Entry], device: str, out: Path,
@@ -520,6 +549,34 @@ def _validate(args, mutants: Path) -> int:
         print("grader validate: --jobs must be at least 1", file=sys.stderr)
         return 2
     drop = not args.no_privilege_drop
+    load = None
+    if getattr(args, "under_load", False):
+        if device != "cuda":
+            print("grader validate: --under-load needs a GPU", file=sys.stderr)
+            return 2
+        from . import gpu_load
+        load = gpu_load.start()
+        LOAD.add(load.pid)
+        print(f"a copy loop keeps the GPU busy meanwhile (pid {load.pid})")
+    try:
+        rows, total = _matrix(args, assignment, entries, device, out, jobs, drop)
+    finally:
+        if load is not None:
+            load.kill()
+            load.wait()
+    if not args.reports_dir:          # not one entry of a --jobs run: the parent compares
+        compare_twins(rows)
+    print()
+    print(render(rows, cols))
+    unmeasured = sum("n/m" in r.cells.values() for r in rows)
+    if unmeasured:
+        print(f"\n{unmeasured} grading(s) had an area not measured (the GPU was busy): to be regraded, no point lost")
+    print(f"\ntotal {total:.1f} s; matrix written to {out}")
+    write_json(out, assignment, device, rows, cols, total)
+    return 1 if any(r.problems for r in rows) else 0
+
+
+def _matrix(args, assignment, entries, device, out, jobs, drop):
     if jobs == 1:
         print(f"validating {len(entries)} submissions of {assignment.id} on {device}, one at a time")
         rows, total = run(assignment, entries, device, out, drop_privileges=drop,
@@ -527,10 +584,4 @@ def _validate(args, mutants: Path) -> int:
     else:
         print(f"validating {len(entries)} submissions of {assignment.id} on {device}, {jobs} at once")
         rows, total = run_parallel(assignment, entries, device, out, jobs, drop_privileges=drop, warm=not args.cold)
-    if not args.reports_dir:          # not one entry of a --jobs run: the parent compares
-        compare_twins(rows)
-    print()
-    print(render(rows, cols))
-    print(f"\ntotal {total:.1f} s; matrix written to {out}")
-    write_json(out, assignment, device, rows, cols, total)
-    return 1 if any(r.problems for r in rows) else 0
+    return rows, total

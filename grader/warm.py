@@ -24,7 +24,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -62,12 +61,12 @@ class WarmHost:
 
     def _start(self) -> None:
         from .assignment import REPO
-        self.close()
-        self.folder = Path(tempfile.mkdtemp(prefix="grader-host-"))
+        from . import leftovers
         from .sandbox.proxy import shared_tensor_root
-        self.work = Path(tempfile.mkdtemp(prefix="grader-host-work-"))
-        shm = shared_tensor_root()
-        self.exchange = Path(tempfile.mkdtemp(prefix="grader-host-work-", dir=shm)) if shm else self.work
+        self.close()
+        # Marked with this process's identity, so that a later run removes them if we die
+        # without closing (grader/leftovers.py).
+        self.folder, self.work, self.exchange = leftovers.host_folders(shared_tensor_root())
         for folder in (self.work, self.exchange):
             folder.chmod(0o711)
         env = {**os.environ, **self.slot_env,
@@ -80,6 +79,7 @@ class WarmHost:
         with open(self.folder / "host.log", "ab") as log:
             self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
+        leftovers.write_owner(self.folder, host=self.proc.pid)
         self.starts += 1
         deadline = time.monotonic() + START_S
         while not self.socket_path.exists() and self.proc.poll() is None and time.monotonic() < deadline:

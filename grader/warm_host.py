@@ -147,7 +147,8 @@ class Host:
         import shutil
 
         from . import pytest_plugin
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if threading.current_thread() is threading.main_thread():     # the parent's watcher may call us
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         from .sandbox.processes import kill_tree
         if pytest_plugin.WARM is not None:
             pytest_plugin.WARM.close()
@@ -169,7 +170,40 @@ def _watch(conn: socket.socket, done: threading.Event) -> None:
     if not done.is_set():
         from .sandbox.processes import kill_tree
         kill_tree(os.getpid())
-        os._exit(70)
+        _orphaned_exit(70)
+
+
+PARENT: list[str] = []            # the identity (grader/leftovers.py) of the batch that started us
+OWN_FOLDERS: list[str] = []       # the folders it made for us, ours to remove once it is gone
+
+
+def _remove_if_orphaned() -> None:
+    from .leftovers import is_alive
+    if PARENT and not is_alive(PARENT[0]):
+        _remove(OWN_FOLDERS)
+
+
+def _orphaned_exit(code: int) -> None:
+    _remove_if_orphaned()
+    os._exit(code)
+
+
+def _remove(folders: list[str]) -> None:
+    import shutil
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _watch_parent(host: Host) -> None:
+    """A batch killed outright (kill -9) cannot end us: end the session in flight, its
+    workers and this host, and take the folders it made for us along, as its close() would.
+    Polled by identity (pid and start time) rather than getppid alone: a subreaper may adopt
+    us."""
+    from .leftovers import is_alive
+    while is_alive(PARENT[0]):
+        time.sleep(0.5)
+    host.close()
+    _orphaned_exit(0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,6 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     os.rename(args.socket + ".binding", args.socket)
     server.settimeout(1.0)
     host = Host(args)
+    from .leftovers import identity
+    PARENT[:] = [identity(parent)]
+    OWN_FOLDERS[:] = [os.path.dirname(os.path.abspath(args.socket)), args.scratch, args.exchange]
+    threading.Thread(target=_watch_parent, args=(host,), daemon=True).start()
 
     def stop(signum, frame):          # the batch is done with us, or stopping: mid-session too
         host.close()
@@ -217,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
     finally:
         host.close()
+    _remove_if_orphaned()
     return 0
 
 

@@ -35,8 +35,9 @@ SETUP_SH = """\
 # Gradescope runs this once, from the unpacked zip, when it builds the autograder image.
 # The grader needs Python 3.11 or newer. To grade on a GPU the image must already have a
 # CUDA build of torch and triton: they are kept as they are and only the small extras are
-# added. Without them this installs the pinned stack from requirements/constraints.txt;
-# on a machine without a GPU the kernels then run in Triton's CPU interpreter.
+# added. Without them this installs the pinned stack from requirements/constraints.txt, torch
+# as PyTorch's CPU build; on a machine without a GPU the kernels then run in Triton's CPU
+# interpreter. With PIP_NO_INDEX=1 and PIP_FIND_LINKS=<folder>, pip takes the wheels there.
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON="${PYTHON:-python3}"
@@ -51,9 +52,15 @@ fi
 export PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 if "$PYTHON" -c 'import torch, triton, triton.language' 2>/dev/null; then
     "$PYTHON" -m pip install -r requirements/runtime.txt
-else
-    "$PYTHON" -m pip install -c requirements/constraints.txt -r requirements/gpu-stack.txt -r requirements/runtime.txt
+    exit 0
 fi
+if [ -z "${PIP_NO_INDEX:-}" ]; then
+    # PyPI's torch of that version is the CUDA build, gigabytes of CUDA libraries a CPU image
+    # never loads; PyTorch's CPU index has the same version without them. Installed first, it
+    # satisfies the pin below (a local label such as +cpu does not count against ==).
+    "$PYTHON" -m pip install --index-url @TORCH_CPU_INDEX@ "@TORCH_PIN@"
+fi
+"$PYTHON" -m pip install -c requirements/constraints.txt -r requirements/gpu-stack.txt -r requirements/runtime.txt
 """
 
 RUN_AUTOGRADER = """\
@@ -67,31 +74,48 @@ set -uo pipefail
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 PYTHON="${PYTHON:-python3}"
 FILE=@SUBMISSION@
-cd "$ROOT/source" || exit 1
+RESULTS="$ROOT/results/results.json"
 mkdir -p "$ROOT/results"
-src="$ROOT/submission/$FILE"
-if [ ! -f "$src" ]; then
-    # Gradescope keeps the name the student uploaded: one .py file under another name is the submission.
-    mapfile -t found < <(find "$ROOT/submission" -maxdepth 1 -type f -name '*.py')
-    if [ "${#found[@]}" -eq 1 ]; then src="${found[0]}"; fi
-fi
-if [ ! -f "$src" ]; then
-    "$PYTHON" - "$ROOT/results/results.json" "$FILE" <<'EOF'
-import json, sys
-message = f"No {sys.argv[2]} was found in your submission: upload that one file."
-with open(sys.argv[1], "w") as f:
-    json.dump({"score": 0, "output": message, "tests": []}, f)
-EOF
-    exit 0
+rm -f "$RESULTS"
+# Whatever goes wrong below, Gradescope gets a results.json: without one it shows the student
+# an error and no score. The message is fixed text, so it needs no quoting and no Python.
+no_grade() {
+    local say="The autograder failed before it could grade your file ($1)."
+    say="$say This is not a judgement of your file: tell your instructor."
+    printf '{"score": 0, "output": "%s", "tests": [], "extra_data": {"problem": "run_autograder: %s"}}\\n' \\
+        "$say" "$1" > "$RESULTS"
+}
+cd "$ROOT/source" || { no_grade "its source folder is missing"; exit 0; }
+# The grader applies the hand-in rule every way in shares (grader/submission_file.py): the
+# file named $FILE exactly; a link, a folder or a misnamed file gets 0 points and says why.
+# Links are copied as links, never followed: as root, following one would grade whatever it
+# names (the reference, a classmate's file). The grader's own check then refuses it.
+if [ -L "$ROOT/submission/$FILE" ]; then
+    echo "run_autograder: $FILE is a symbolic link; it is copied as one, for the grader to refuse" >&2
 fi
 work="$(mktemp -d)"
-cp "$src" "$work/$FILE"
-"$PYTHON" -m grader grade --assignment @ASSIGNMENT@ --submission "$work/$FILE" \\
-    --report "$ROOT/results/results.json" --device auto --quiet
+mkdir -p "$ROOT/submission"
+cp -RP -- "$ROOT/submission" "$work/submission"
+"$PYTHON" -m grader grade --assignment @ASSIGNMENT@ --submission "$work/submission" \\
+    --report "$RESULTS" --device auto --quiet
 status=$?
 rm -rf "$work"
-exit $status
+if [ "$status" -ne 0 ] || [ ! -s "$RESULTS" ]; then
+    echo "run_autograder: the grader exited with status $status" >&2
+    no_grade "the grader exited with status $status"
+fi
+exit 0
 """
+
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def _torch_pin() -> str:
+    pins = [line.strip() for line in (REPO / "requirements/constraints.txt").read_text().splitlines()
+            if line.strip().startswith("torch==")]
+    if len(pins) != 1:
+        raise SystemExit("make_gradescope: requirements/constraints.txt must pin torch exactly once")
+    return pins[0]
 
 
 def _sources(folder: Path) -> list[Path]:
@@ -129,7 +153,7 @@ def build(assignment_dir: Path, out: Path, with_reference: bool = False) -> Path
         print(f"make_gradescope: no reference in the zip; on an image with a GPU, areas {', '.join(gpu_only)} "
               f"may need it (build --with-reference)", file=sys.stderr)
     rel = assignment_dir.resolve().relative_to(REPO).as_posix()
-    scripts = {"setup.sh": SETUP_SH,
+    scripts = {"setup.sh": SETUP_SH.replace("@TORCH_CPU_INDEX@", TORCH_CPU_INDEX).replace("@TORCH_PIN@", _torch_pin()),
                "run_autograder": RUN_AUTOGRADER.replace("@SUBMISSION@", _shell_word(assignment.submission))
                                                .replace("@ASSIGNMENT@", _shell_word(rel))}
     out.mkdir(parents=True, exist_ok=True)

@@ -33,14 +33,19 @@ README = """\
 Write your solution in `{submission}`; `statement.en.md` (English) and
 `statement.zh.md` (中文) say what each function must do.
 
-Install the tools once: `pip install torch triton pytest` (Triton ships for
-Linux; on a machine without a GPU the CPU build of torch is enough:
+Install the tools once: `pip install torch triton numpy pytest` (Triton ships
+for Linux; its CPU interpreter needs numpy, which the other packages do not
+bring; on a machine without a GPU the CPU build of torch is enough:
 `pip install torch --index-url https://download.pytorch.org/whl/cpu`).
 Then run the public tests with `make test` (or `python -m pytest tests -q`).
 
 With an NVIDIA GPU the kernel runs on it. Without one the tests set
 `TRITON_INTERPRET=1` themselves, and Triton runs the kernel on the CPU.
 To test another file: `python -m pytest tests -q --submission other.py`.
+On a GPU with 28 GB free, `--overflow` adds the test of offsets past 2^31.
+
+How each area is graded, the performance curve and the timed cases are at the
+end of the statements ("How it is graded").
 """
 
 

@@ -39,8 +39,35 @@ def clear_solutions(source: str) -> str:
     return cleared
 
 
+# Inside @triton.jit a `raise` is not Triton: on the GPU the unwritten kernel would stop
+# at compile time with "unsupported AST node type: Raise", far from the student's mistake.
+# static_assert is Triton on both back ends and fails the first launch with a message
+# that says what is missing. The note stands where the lesson's body goes: the signature
+# alone does not say that strides count elements or what HD and BLOCK are.
+KERNEL_SIGNATURE_END = "key_stride, value_stride, HD, BLOCK: tl.constexpr):\n"
+KERNEL_PLACEHOLDER = """\
+    # key_ptr, value_ptr: token t's H*D values start at key_ptr + t * key_stride
+    #   (value_ptr + t * value_stride); strides count elements, not bytes.
+    # k_cache_ptr, v_cache_ptr: contiguous caches; slot s owns the values [s*HD, (s+1)*HD).
+    # slot_ptr: one int64 slot per token; -1 is a padding token.
+    # HD = H * D; BLOCK: a tl.constexpr, a power of two >= HD (tl.arange needs one).
+    # These parameters, the grid and any @triton.autotune/@triton.heuristics are yours to
+    # change; reshape_and_cache launches whatever kernel you write.
+    # YOUR CODE HERE
+    tl.static_assert(False, "NotImplementedError: reshape_and_cache_kernel has no body yet")
+"""
+CLEARED = "    # YOUR CODE HERE\n    raise NotImplementedError()\n"
+
+
+def jit_safe_kernel(cleared: str) -> str:
+    start = cleared.index(KERNEL_SIGNATURE_END) + len(KERNEL_SIGNATURE_END)
+    if not cleared.startswith(CLEARED, start):
+        raise SystemExit("make_template: the kernel's cleared body is not where it was expected")
+    return cleared[:start] + KERNEL_PLACEHOLDER + cleared[start + len(CLEARED):]
+
+
 def render(reference_text: str) -> str:
-    return HEADER + clear_solutions(reference_text).rstrip("\n") + "\n"
+    return HEADER + jit_safe_kernel(clear_solutions(reference_text)).rstrip("\n") + "\n"
 
 
 def paths(assignment_dir: Path) -> tuple[Path, Path]:

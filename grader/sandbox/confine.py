@@ -11,12 +11,15 @@ report says which were in force:
     past it fails at once instead of growing until the watchdog sees it;
   * namespaces (isolate.py): no network, private IPC, and a private, size-capped
     /tmp, /var/tmp, /dev/shm that dies with the worker;
+  * in that mount namespace, a file system built from an allow-list (rootfs.py): the rest
+    of the machine is absent, not merely closed;
   * every descendant is ours to kill: the grader is a child subreaper, so a
     process that daemonises is re-parented to it instead of escaping.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import importlib.util
@@ -34,12 +37,13 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from . import isolate
+from . import isolate, rootfs
 from .processes import proc_table, become_subreaper
 
 OUTPUT_LIMIT = 64 << 20           # bytes a worker may write to its log
 CPU_ADDRESS_SPACE = 64 << 30      # generous: the 100k-block caches are mapped, not resident
 UID_RANGE = range(61000, 62000)
+REPO = Path(__file__).resolve().parents[2]      # the checkout: out of the workers' view
 PROBE_VALID_S = 3600
 
 
@@ -63,6 +67,8 @@ class Confinement:
     gpu_memory: str | None = None     # how GPU tensors reach the worker: "vmm" or "ipc" (same uid only)
     namespaces: bool = False          # no network, private IPC and /tmp (isolate.py)
     namespaces_why: str = ""
+    view: rootfs.View | None = None   # the worker's file system, an allow-list (rootfs.py)
+    view_why: str = ""                # how its /proc was made, or why there is no view
     uid_lock: int | None = field(default=None, repr=False)   # held while the uid is ours
 
     @property
@@ -80,6 +86,12 @@ class Confinement:
             conf.gpu_memory = "vmm" if vmm.available() else "ipc"
         conf.namespaces, conf.namespaces_why = _namespaces_available()
         python_paths()     # found here: preexec runs after a fork, where an import could deadlock
+        if conf.namespaces:
+            view = rootfs.View.discover(python_paths(), (str(REPO), *map(str, protect)))
+            ok, said = _view_works(view, conf.private_shm)
+            conf.view, conf.view_why = (view if ok else None), said
+        else:
+            conf.view_why = "no mount namespace"
         if not want_uid:
             conf.reason = "privilege drop disabled by configuration"
         elif os.geteuid() != 0:
@@ -92,7 +104,7 @@ class Confinement:
         else:
             try:
                 uid, conf.uid_lock = _free_uid()
-                ok, why = _uid_can_run(uid, python, device)
+                ok, why = _uid_can_run(uid, python, device, conf)
             except RuntimeError as exc:
                 uid, ok, why = None, False, str(exc)
             if ok:
@@ -107,7 +119,8 @@ class Confinement:
         """Runs in the child between fork and exec. `keep`: folders the worker must see as
         they are (its scratch, the exchange, the Python installation)."""
         if self.namespaces:
-            isolate.enter([*keep, *python_paths()], shm=self.private_shm)
+            isolate.enter(list(keep) if self.view else [*keep, *python_paths()], shm=self.private_shm,
+                          view=self.view)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT, OUTPUT_LIMIT))
         if self.device == "cpu":
@@ -165,6 +178,12 @@ class Confinement:
                                         if self.private_shm or f != "/dev/shm"],
                             "bytes": isolate.PRIVATE_TMP_BYTES, "ipc_namespace": self.private_shm,
                             "removed_with_the_worker": True} if self.namespaces else None,
+            "file_system": dict(self.view.describe(), view="allow-list", proc=self.view_why,
+                                read_write=["the worker's scratch folder", "the shared tensors",
+                                            "its private /tmp"] if self.private_shm else
+                                ["the worker's scratch folder", "the shared tensors", "its private /tmp",
+                                 "the machine's /dev/shm"])
+                           if self.view else {"view": "the machine's", "why_not": self.view_why},
         }
 
     @property
@@ -180,14 +199,45 @@ def _namespaces_available() -> tuple[bool, str]:
 
 
 @cache
+def _view_works(view: rootfs.View, shm: bool) -> tuple[bool, str]:
+    ok, said = isolate.available(view=view, shm=shm)
+    return ok, said if ok else f"the allow-list could not be built here ({said}); workers see the machine's files"
+
+
+@cache
 def python_paths() -> tuple[str, ...]:
-    """Where the worker's interpreter and libraries live; kept visible where they lie in a
-    folder the worker gets a private copy of (a checkout under /tmp with its .venv)."""
+    """Where the worker's interpreter and libraries live: what its file system allows, and
+    what stays visible where it lies in a folder the worker gets a private copy of (a checkout
+    under /tmp with its .venv). The checkout itself is left out (PYTHONPATH often names it:
+    the worker never imports the grader), but for the environment inside it."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
     paths |= {p for p in sysconfig.get_paths().values() if p}
     for var in ("PYTHONPATH", "LD_LIBRARY_PATH"):
         paths |= {p for p in os.environ.get(var, "").split(os.pathsep) if p}
-    return tuple(sorted(p for p in paths if os.path.isdir(p)))
+    paths |= set(_pth_paths({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}))
+    env = [os.path.realpath(p) for p in (sys.prefix, sys.exec_prefix)]
+    repo = str(REPO)
+
+    def allowed(path: str) -> bool:
+        real = os.path.realpath(path)
+        inside = real == repo or real.startswith(repo + "/")
+        return os.path.isdir(real) and not repo.startswith(real.rstrip("/") + "/") and real != repo and (
+            not inside or any(real == e or real.startswith(e + "/") for e in env))
+    return tuple(sorted(p for p in paths if allowed(p)))
+
+
+def _pth_paths(site_dirs: set[str]) -> list[str]:
+    """Folders the site-packages' .pth files add to sys.path (editable installs, namespace
+    packages), as site.addpackage reads them: a line that starts with import is code."""
+    out = []
+    for site_dir in site_dirs:
+        for pth in sorted(Path(site_dir).glob("*.pth")):
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                for line in pth.read_text().splitlines():
+                    line = line.strip()
+                    if line and not line.startswith(("#", "import ", "import\t")):
+                        out.append(os.path.join(site_dir, line))
+    return out
 
 
 
@@ -220,10 +270,10 @@ def _free_uid() -> tuple[int, int]:
     raise RuntimeError("no free uid left for a sandbox worker")
 
 
-def _probe_record(python: str, device: str) -> Path:
-    """Where a passed probe is remembered: one file per interpreter, device and installed
-    torch/triton (their folders' change times), so a reinstall probes again."""
-    stamp = [os.path.realpath(python), device]
+def _probe_record(python: str, device: str, view: rootfs.View | None) -> Path:
+    """Where a passed probe is remembered: one file per interpreter, device, file system the
+    worker sees and installed torch/triton (their folders' change times), so a reinstall probes again."""
+    stamp = [os.path.realpath(python), device, repr(view)]
     for name in ("torch", "triton"):
         spec = importlib.util.find_spec(name)        # located, not imported: that takes seconds
         folder = os.path.dirname(spec.origin) if spec and spec.origin else name
@@ -231,24 +281,25 @@ def _probe_record(python: str, device: str) -> Path:
     return _private_dir() / ("probe-" + hashlib.sha256("\0".join(stamp).encode()).hexdigest()[:24])
 
 
-def _uid_can_run(uid: int, python: str, device: str) -> tuple[bool, str]:
+def _uid_can_run(uid: int, python: str, device: str, conf: Confinement) -> tuple[bool, str]:
     """Can a fresh uid import torch and triton with this interpreter (its files may be out of
-    reach), and on the GPU, use it? Asked once per environment: a passed probe is remembered
-    for PROBE_VALID_S (each costs an interpreter start, several seconds on a GPU)."""
-    record = _probe_record(python, device)
+    reach), and on the GPU, use it, confined as its workers will be (the allow-list too)?
+    Asked once per environment: a passed probe is remembered for PROBE_VALID_S (each costs an
+    interpreter start, several seconds on a GPU)."""
+    record = _probe_record(python, device, conf.view)
     with contextlib.suppress(OSError):
         if time.time() - record.stat().st_mtime < PROBE_VALID_S:
             return True, ""
-    ok, why = _probe(uid, python, device)
+    ok, why = _probe(uid, python, device, dataclasses.replace(conf, uid=uid, uid_lock=None))
     if ok:
         record.touch()
     return ok, why
 
 
-def _probe(uid: int, python: str, device: str) -> tuple[bool, str]:
+def _probe(uid: int, python: str, device: str, conf: Confinement) -> tuple[bool, str]:
     probe = "import torch, triton" + ("; torch.zeros(1, device='cuda')" if device == "cuda" else "")
     try:
-        r = subprocess.run([python, "-s", "-c", probe], user=uid, group=uid, extra_groups=[],
+        r = subprocess.run([python, "-s", "-c", probe], preexec_fn=conf.preexec,
                            capture_output=True, text=True, timeout=120, cwd="/",
                            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/"})
     except (OSError, subprocess.SubprocessError) as exc:

@@ -13,6 +13,8 @@ worker and everything it starts live in:
     when the last process of the namespace is killed, whatever became of the grader.
     The folders the grader hands the worker (its scratch folder, the exchange of
     shared tensors, the Python installation) are bound back in at their own paths.
+    Given a `rootfs.View`, the namespace's whole file system is that allow-list instead
+    (rootfs.py), with the same private /tmp in it.
 
 As root this needs nothing more. Otherwise the worker first enters a user namespace
 of its own, where it keeps its uid and gains, until it execs, the right to set up the
@@ -28,6 +30,9 @@ import fcntl
 import os
 import socket
 import struct
+import sys
+
+from . import rootfs
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -77,10 +82,12 @@ def covered() -> list[str]:
     return out
 
 
-def enter(keep: list[str], shm: bool = True, tmp_bytes: int = PRIVATE_TMP_BYTES) -> None:
+def enter(keep: list[str], shm: bool = True, tmp_bytes: int = PRIVATE_TMP_BYTES,
+          view: rootfs.View | None = None) -> str:
     """Move this (single-threaded, freshly forked) process into the namespaces above.
-    `keep`: folders under a covered one that must stay visible as they are. `shm`: whether
-    /dev/shm and System V IPC become private too."""
+    `keep`: folders under a covered one that must stay visible as they are (with a `view`:
+    the folders the worker may write, wherever they are). `shm`: whether /dev/shm and
+    System V IPC become private too. Returns how the view's /proc was made ("" without one)."""
     uid, gid = os.getuid(), os.getgid()
     user = CLONE_NEWUSER if os.geteuid() != 0 else 0
     _check(_libc.unshare(user | CLONE_NEWNS | CLONE_NEWNET | (CLONE_NEWIPC if shm else 0)), "unshare")
@@ -91,22 +98,27 @@ def enter(keep: list[str], shm: bool = True, tmp_bytes: int = PRIVATE_TMP_BYTES)
     _loopback_up()
     _mount("none", "/", None, MS_REC | MS_PRIVATE)          # nothing we mount reaches the host
     folders = [f for f in covered() if shm or f != "/dev/shm"]
+    data = f"size={tmp_bytes},nr_inodes={PRIVATE_TMP_INODES},mode=1777"
+    if view is not None:
+        return rootfs.enter(view, sorted({os.path.realpath(k) for k in keep}), folders, data)
     keep = sorted({os.path.realpath(k) for k in keep if _under(os.path.realpath(k), folders)})
     # Opened in this namespace before they are covered: a bind from the fd finds them again.
     handles = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in keep if os.path.isdir(path)]
     first, *rest = folders
-    _mount("tmpfs", first, "tmpfs", MS_NOSUID | MS_NODEV,
-           f"size={tmp_bytes},nr_inodes={PRIVATE_TMP_INODES},mode=1777")
+    _mount("tmpfs", first, "tmpfs", MS_NOSUID | MS_NODEV, data)
     for folder in rest:
         _mount(first, folder, None, MS_BIND)
     for path, fd in handles:
         os.makedirs(path, mode=0o755, exist_ok=True)
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND)
         os.close(fd)
+    return ""
 
 
-def available(keep: list[str] = ()) -> tuple[bool, str]:
-    """Whether `enter` works here, tried in a forked child; (False, why) if not."""
+def available(keep: list[str] = (), view: rootfs.View | None = None, shm: bool = True) -> tuple[bool, str]:
+    """Whether `enter` works here, tried in a forked child: (True, what enter returned) or
+    (False, why not). With a `view` the child then starts this interpreter inside it, so a
+    view that leaves out what Python needs fails here, not in every worker."""
     if not hasattr(os, "O_PATH"):
         return False, "this system has no O_PATH (not Linux)"
     read, write = os.pipe()
@@ -115,14 +127,25 @@ def available(keep: list[str] = ()) -> tuple[bool, str]:
         os.close(read)
         code = 0
         try:
-            enter(list(keep))
+            said = enter(list(keep), shm=shm, view=view)
+            if view is not None:
+                os.write(write, b"ok " + said.encode() + b"\n")
+                for fd in (1, 2):                           # what Python says, if it fails, is why
+                    os.dup2(write, fd)
+                os.execv(sys.executable, [sys.executable, "-s", "-c", "import json, ssl, ctypes"])
         except BaseException as exc:                        # noqa: BLE001 - reported to the parent
             os.write(write, str(exc).encode()[:500])
             code = 1
         os._exit(code)
     os.close(write)
     with os.fdopen(read, "rb") as f:
-        why = f.read().decode(errors="replace")
+        said = f.read().decode(errors="replace")
     _, status = os.waitpid(pid, 0)
     ok = os.waitstatus_to_exitcode(status) == 0
-    return ok, "" if ok else (why or f"the test child ended with status {status}")
+    first, _, rest = said.partition("\n")
+    if ok:
+        return True, first.removeprefix("ok ")
+    if first.startswith("ok "):
+        last = (rest.strip().splitlines() or [f"status {os.waitstatus_to_exitcode(status)}"])[-1]
+        return False, f"Python does not start inside it ({last[:300]})"
+    return False, said or f"the test child ended with status {status}"

@@ -124,3 +124,20 @@ def processes_of(uid: int) -> set[int]:
         if str(uid) in uids:
             found.add(int(entry))
     return found
+
+
+def signal_all(pids, signum: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def stopped(pid: int) -> bool:
+    """Stopped by a signal (or gone): its threads launch nothing more."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t", "Z", "X")
+    except (OSError, IndexError):
+        return True

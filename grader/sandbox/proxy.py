@@ -21,9 +21,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import wire
+from . import logs, wire
 from .confine import Confinement
-from .processes import children_of, kill_tree, private_rss
+from .processes import children_of, kill_tree, private_rss, proc_table, signal_all, stopped
 
 # torch is imported where a tensor is first handled, not here: the worker is spawned before
 # that, so its own imports overlap the test process's (seconds each).
@@ -145,15 +145,56 @@ class Worker:
             env["TRITON_INTERPRET"] = "1"
         cmd = [sys.executable, "-s", str(scratch / "worker" / "worker.py"), "--fd", str(theirs.fileno()),
                "--module", str(module), "--device", device, "--functions", ",".join(functions)]
-        with open(self.log, "ab") as log:
+        with os.fdopen(logs.open_for_append(self.log), "ab") as log:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                          pass_fds=[theirs.fileno()], cwd=scratch / "home", env=env,
                                          start_new_session=True,
                                          preexec_fn=lambda: confinement.preexec([str(scratch), *keep]))
         theirs.close()
         LIVE.add(self.proc.pid)
+        self.frozen: set[int] = set()
+
+    def tree(self) -> set[int]:
+        """The worker and everything it started: its uid's processes where that uid is its own,
+        and orphans of ours that daemonised out of it (as subreaper we inherit them)."""
+        table = proc_table()          # one scan of /proc: this runs twice per call
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        roots = [self.proc.pid, *(p for p in children.get(os.getpid(), []) if p not in LIVE)]
+        pids, stack = set(roots), list(roots)
+        while stack:
+            for child in children.get(stack.pop(), []):
+                pids.add(child)
+                stack.append(child)
+        if self.conf.uid is not None:
+            pids |= {p for p, (_, uid) in table.items() if uid == self.conf.uid}
+        pids.discard(os.getpid())
+        return pids
+
+    def freeze(self) -> None:
+        """Stop every thread of the worker's tree between its calls: a thread the submission
+        started (at import, or left running after answering) launches nothing on the GPU while
+        the grader, or a neighbouring grading, is not calling it. Kernels already queued still
+        run to their end; a timing window waits for the GPU to be quiet (gpu_quiet.py)."""
+        if self.frozen or self.proc.poll() is not None:
+            return
+        pids = self.tree()
+        signal_all(pids, signal.SIGSTOP)
+        self.frozen = pids
+        deadline = time.monotonic() + 0.5
+        while not all(stopped(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    def thaw(self) -> None:
+        if self.frozen:
+            # Processes forked between the scan and the stop are stopped by nothing: they were
+            # not frozen, so SIGCONT to the tree as it is now reaches the ones that were.
+            signal_all(self.frozen | self.tree(), signal.SIGCONT)
+            self.frozen = set()
 
     def request(self, header: dict, timeout: float, fds: list[int] = ()) -> tuple[dict, list[bytes]]:
+        self.thaw()
         if header:
             try:
                 wire.send(self.sock, header, fds=fds)
@@ -197,6 +238,7 @@ class Worker:
     def stop(self, polite: bool = True) -> None:
         """Ask the worker to leave, then kill what is left. Not `polite`: a worker that failed
         is killed at once, so that what it holds (memory, a turn on the GPU) is given back."""
+        self.thaw()
         if polite:
             try:
                 self.sock.settimeout(0.5)
@@ -221,13 +263,7 @@ class Worker:
         self.sock.close()
 
     def log_tail(self, limit: int = 4000) -> str:
-        try:
-            with open(self.log, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - limit))
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return logs.tail(self.log, limit)
 
 
 def shared_tensor_root() -> str | None:
@@ -381,6 +417,7 @@ class Submission:
             if not hello.get("ok"):
                 self.unavailable = f"your file failed to import: {self._refused(hello)}"
                 raise SubmissionUnavailable(self.unavailable)
+            worker.freeze()           # threads its import started wait for its first call
             self.present = [f for f in hello.get("functions", []) if f in self.functions]
             self._greeted = True
             self.timings.setdefault("import_s", round(time.monotonic() - started, 3))
@@ -407,6 +444,10 @@ class Submission:
         with self._budgeted():
             worker = self._worker_with(name)
             with self.exchange.crossing(args, kwargs) as (wargs, wkwargs):
+                # Our writes of the inputs (and the staged copies) may still be queued on our
+                # stream; the worker's kernels run in another context, which does not wait for
+                # them. On a busy GPU they ran after the worker's and fed it stale inputs.
+                self._settle_ours()
                 request = {"op": "call", "fn": name, "args": wargs, "kwargs": wkwargs}
                 if self.hold_torch_writes:
                     request["hold_torch_writes"] = True
@@ -444,17 +485,18 @@ class Submission:
                 self._request(worker, name, {"op": "prepare", "fn": name, "calls": wire_calls})
                 if refill is not None:
                     refill()
-                if self.device == "cuda":
-                    import torch
-                    torch.cuda.synchronize()
+                self._settle_ours()
+                worker.thaw()         # not inside the window: it scans /proc
                 started = time.perf_counter()
-                self._request(worker, name, {"op": "go"})
+                self._request(worker, name, {"op": "go"}, freeze=False)
                 if settled is not None:
                     answered = time.perf_counter() - started
                     give_up = started + max(SETTLE_MIN_S, SETTLE_FACTOR * answered)
                     while not settled() and time.perf_counter() < give_up:
                         pass
-                return time.perf_counter() - started
+                elapsed = time.perf_counter() - started
+                worker.freeze()
+                return elapsed
 
     @contextlib.contextmanager
     def _budgeted(self):
@@ -473,8 +515,15 @@ class Submission:
             raise SubmissionUnavailable(f"your file has no function named {name!r}")
         return worker
 
-    def _request(self, worker: Worker, name: str, header: dict) -> tuple[dict, list[bytes]]:
-        """Send one request; a submission's exception comes back as SubmissionError."""
+    def _settle_ours(self) -> None:
+        """Everything this process queued on the GPU is done: before any handover."""
+        if self.device == "cuda":
+            import torch
+            torch.cuda.synchronize()
+
+    def _request(self, worker: Worker, name: str, header: dict, freeze: bool = True) -> tuple[dict, list[bytes]]:
+        """Send one request; a submission's exception comes back as SubmissionError. The worker
+        is frozen again once it has answered (see Worker.freeze), unless the caller does it."""
         ids, fds = self.exchange.take_outgoing()
         if ids:
             header = dict(header, fds=ids)
@@ -487,6 +536,8 @@ class Submission:
             if not self.unavailable:
                 self.start()       # the next worker imports torch while the next test builds its inputs
             raise
+        if freeze:
+            worker.freeze()
         self.timeouts_in_a_row = 0
         if reply.get("poisoned"):
             self._discard(f"{name}: CUDA context poisoned")
@@ -515,6 +566,10 @@ class Submission:
         if self.memory_in_a_row >= MEMORY_TO_GIVE_UP:
             self.unavailable = (f"your code met the memory limit on {MEMORY_TO_GIVE_UP} calls in a row "
                                 f"(the process running it {exc}), so the remaining tests were not run")
+
+    def log_tail(self) -> str:
+        """The end of what its workers printed, all of them one after another (instructor detail)."""
+        return logs.tail(self.scratch / "worker.log")
 
     def close(self) -> None:
         self._discard(None)

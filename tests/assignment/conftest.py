@@ -35,9 +35,10 @@ def run_pytest():
     env = {k: v for k, v in os.environ.items() if k != "L1_SUBMISSION"}
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # leave no __pycache__ beside the public tests
 
-    def run(*args, cwd=REPO):
+    def run(*args, cwd=REPO, extra_env=None):
         return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-                              cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+                              cwd=cwd, env={**env, **(extra_env or {})}, capture_output=True, text=True,
+                              timeout=300)
     return run
 
 

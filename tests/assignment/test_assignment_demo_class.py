@@ -33,3 +33,68 @@ def test_demo_class_refuses_an_existing_course(tmp_path):
     (tmp_path / "submitted").mkdir()
     run = subprocess.run([sys.executable, str(TOOL), "--out", str(tmp_path)], capture_output=True, text=True)
     assert run.returncode != 0 and "already exists" in run.stderr
+
+
+def test_check_counts_the_areas_a_wrong_file_fails_only_on_this_device(tmp_path):
+    """layout_dims_misread also fails policy on the CPU (its kernel crashes the interpreter's
+    worker there), as its `fails_on` says: graded so on the CPU, it is as expected; failing
+    policy on the GPU is not."""
+    sys.path.insert(0, str(REPO))
+    import importlib.util
+
+    from grader.assignment import Assignment
+    from grader.course import Row
+    spec = importlib.util.spec_from_file_location("make_demo_class", TOOL)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assignment = Assignment.find(None)
+    expected = tool.build(tmp_path / "class", assignment, 0)
+    what = expected["wrong_layout_dims_misread"]
+    assert "policy" in what["fails_on"]["cpu"] and "policy" not in what["fails"], what
+
+    class Graded:
+        def __init__(self, device):
+            self.assignment = assignment
+            self.device = device
+
+        def rows(self):
+            failed = set(what["fails"]) | {"policy"}
+            areas = {name: {"graded": area.applies_on(self.device), "points": area.points,
+                            "score": 0.0 if name in failed else area.points}
+                     for name, area in assignment.areas.items()}
+            report = {"score": 0.0, "max_score": 100.0,
+                      "extra_data": {"environment": {"device": self.device}, "areas": areas}}
+            return [Row("wrong_layout_dims_misread", "graded", 0.0, 100.0, report=report)]
+
+    only = {"wrong_layout_dims_misread": what}
+    assert tool.check(Graded("cpu"), only) == []
+    assert tool.check(Graded("cuda"), only) == ["wrong_layout_dims_misread: passes [] it must fail, "
+                                                "fails ['policy'] it must pass"]
+
+
+def test_the_check_fails_a_cheat_that_scored_and_warns_where_weak_isolation_let_it(load_tool, capsys):
+    """find_reference at 85/85 (a world-readable copy of the solution found on the disk) fails the
+    check where its workers had a uid of their own; where they had not, it is allowed, but said."""
+    from grader.assignment import Assignment
+    from grader.course import Row
+    tool = load_tool("make_demo_class")
+
+    def graded(drop: bool) -> Row:
+        report = {"score": 85.0, "max_score": 85.0,
+                  "extra_data": {"environment": {"device": "cpu"}, "areas": {},
+                                 "sandbox": {"privilege_drop": drop, "why_not": None if drop else "not root"}}}
+        return Row("adv_find_reference", "graded", 85.0, 85.0, report=report)
+
+    class Course:
+        assignment = Assignment.find(None)
+
+        def __init__(self, drop):
+            self.drop = drop
+
+        def rows(self):
+            return [graded(self.drop)]
+
+    expected = {"adv_find_reference": {"kind": "adversarial", "deserves": 0.0, "deserves_without_drop": None}}
+    assert tool.check(Course(True), expected) == ["adv_find_reference: 85 points, deserves at most 0"]
+    assert tool.check(Course(False), expected) == []
+    assert "WARNING adv_find_reference: 85 points, deserves 0" in capsys.readouterr().err

@@ -12,8 +12,13 @@ def junit_cases(path):
     return list(ET.parse(path).getroot().iter("testcase"))
 
 
+# The one public test that skips on a CPU (and on a GPU unless asked for): 26 GB of caches.
+OPT_IN = "test_offsets_past_2_31_on_the_graded_cache"
+
+
 def problems(case):
-    return [child for child in case if child.tag in ("failure", "error", "skipped")]
+    return [child for child in case if child.tag in ("failure", "error", "skipped")
+            and not (child.tag == "skipped" and case.get("name") == OPT_IN)]
 
 
 def test_passes_against_the_reference(run_pytest, tmp_path):
@@ -34,6 +39,8 @@ def test_fails_against_the_template_with_not_implemented(run_pytest, tmp_path):
     cases = junit_cases(report)
     assert len(cases) >= 10
     for case in cases:
+        if case.get("name") == OPT_IN:
+            continue
         found = problems(case)
         assert [p.tag for p in found] == ["failure"], case.get("name")
         detail = (found[0].get("message") or "") + (found[0].text or "")

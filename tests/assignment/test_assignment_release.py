@@ -86,3 +86,41 @@ def test_bundle_tests_find_the_file_beside_them(bundle, run_pytest, tmp_path):
     proc = run_pytest(str(solved / "tests"), "-q", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert " passed" in proc.stdout and "failed" not in proc.stdout
+
+
+def test_readme_installs_what_the_interpreter_needs(bundle):
+    readme = (bundle / "README.md").read_text(encoding="utf-8")
+    assert "pip install torch triton numpy pytest" in readme
+
+
+def test_bundle_statements_carry_the_curve(bundle):
+    for name in ("statement.en.md", "statement.zh.md"):
+        text = (bundle / name).read_text(encoding="utf-8")
+        assert "| 0.25 | 0.00 | 0.00 |" in text and "| 0.8 | 1.00 | 15.00 |" in text, name
+
+
+@pytest.mark.parametrize("style", ["heuristics_block", "autotune_configs"])
+def test_bundle_tests_pass_a_decorated_kernel(bundle, run_pytest, tmp_path, style):
+    # @triton.heuristics and @triton.autotune make objects that are not callable, and
+    # autotune cannot time configs under the interpreter: both must still run to green.
+    solved = tmp_path / "solved"
+    shutil.copytree(bundle, solved)
+    shutil.copyfile(REPO / "tests" / "corpus" / "right" / f"{style}.py", solved / "l1_paged_kv_write.py")
+    proc = run_pytest(str(solved / "tests"), "-q", cwd=solved)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert " passed" in proc.stdout and "failed" not in proc.stdout
+
+
+def test_missing_numpy_is_named_not_blamed_on_the_file(bundle, run_pytest, tmp_path):
+    blocker = tmp_path / "blocked" / "numpy"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n", encoding="utf-8")
+    solved = tmp_path / "solved"
+    shutil.copytree(bundle, solved)
+    shutil.copyfile(REFERENCE, solved / "l1_paged_kv_write.py")
+    proc = run_pytest(str(solved / "tests"), "-q", cwd=solved, extra_env={"PYTHONPATH": str(blocker.parent)})
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2, output
+    assert "numpy is missing: pip install numpy" in output
+    assert "line " not in output, output

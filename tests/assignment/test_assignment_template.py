@@ -28,7 +28,13 @@ def test_template_keeps_signatures_and_clears_bodies(generated):
                       "def reshape_and_cache_kernel(key_ptr, value_ptr, k_cache_ptr, v_cache_ptr,",
                       "def reshape_and_cache(key, value, k_cache, v_cache, slot_mapping):"):
         assert signature in generated
-    assert generated.count("\n    raise NotImplementedError()\n") == 3
+    # slot_mapping and reshape_and_cache raise; the kernel cannot (see make_template.py)
+    assert generated.count("\n    raise NotImplementedError()\n") == 2
+    kernel = generated[generated.index("def reshape_and_cache_kernel("):generated.index("def reshape_and_cache(")]
+    assert "raise" not in kernel
+    assert 'tl.static_assert(False, "NotImplementedError:' in kernel
+    for note in ("strides count elements", "HD = H * D", "BLOCK: a tl.constexpr"):
+        assert note in kernel
     assert "SOLUTION" not in generated
     assert generated.endswith(")\n") and not generated.endswith("\n\n")
 
@@ -51,3 +57,24 @@ def test_check_mode(make_template, monkeypatch, tmp_path, capsys):
     target.write_bytes(first.replace(b"raise NotImplementedError()", b"return None", 1))
     assert make_template.main(argv + ["--check"]) == 1
     assert "make template" in capsys.readouterr().err
+
+
+def test_unwritten_kernel_fails_as_not_implemented_when_launched(run_kernel_check):
+    # A student who writes reshape_and_cache first meets the kernel's placeholder at the
+    # launch, with a message naming what is missing rather than a Triton syntax complaint.
+    proc = run_kernel_check(f"""
+import importlib.util, torch
+spec = importlib.util.spec_from_file_location("template", {str(TEMPLATE)!r})
+m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+dev = "cuda" if torch.cuda.is_available() else "cpu"
+x = torch.zeros(4, 16, device=dev)
+try:
+    m.reshape_and_cache_kernel[(1,)](x, x, x, x, torch.zeros(1, dtype=torch.int64, device=dev), 16, 16, 16, BLOCK=16)
+except Exception as exc:
+    print("raised", type(exc).__name__, exc)
+else:
+    print("no error")
+""")
+    assert proc.returncode == 0, proc.stderr
+    assert "raised" in proc.stdout and "NotImplementedError: reshape_and_cache_kernel has no body yet" in proc.stdout, \
+        proc.stdout

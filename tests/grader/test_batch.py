@@ -37,6 +37,19 @@ def test_every_student_gets_the_right_score(graded):
     for student, why in toy_class.MISSING.items():
         assert rows[student].status == "missing" and why in rows[student].note, student
     assert "not a Python source file" in rows["s_binary"].note
+    for student, why in toy_class.REFUSED.items():
+        assert why in rows[student].note, student
+
+
+def test_a_refused_hand_in_gets_feedback_saying_why_once(graded):
+    for student, why in toy_class.REFUSED.items():
+        text = graded.course.feedback_path(student).read_text()
+        assert text.count(why) == 1 and "All 11 tests failed for the reason above." in text, text
+    # a file that does not parse: one reason, said once, not once per test
+    text = graded.course.feedback_path(f"s{26 + 8:02d}").read_text()
+    assert text.count("does not parse as Python") == 1, text
+    # the link was not followed: s_link's report is not its classmate's
+    assert graded.course.read_report("s_link")["extra_data"]["submission"]["bytes"] == 0
 
 
 def test_the_course_folder_is_closed_to_workers(graded):
@@ -115,7 +128,8 @@ def test_second_run_does_no_grading(graded, capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert "0 gradings run" in out and f"{len(graded.expected)} unchanged" in out
-    assert "s_wrong_name: missing: no toy.py in the submission folder (found solution.py)" in out
+    assert "s_wrong_name: graded: your file is named solution.py: rename solution.py to toy.py" in out
+    assert "s_link: graded: toy.py is a symbolic link" in out
     assert {s: course.report_path(s).stat().st_mtime_ns for s in graded.expected} == before
 
 
@@ -280,3 +294,147 @@ def test_a_grading_stopped_by_a_signal_from_elsewhere_keeps_no_report(tmp_path):
     (row,) = done[0].rows
     assert row.status == "error" and "interrupted by a signal" in row.note, row
     assert not course.report_path("s1").exists()
+
+
+def _toy_course(root: Path, files: dict[str, bytes]) -> Path:
+    for student, data in files.items():
+        folder = root / "submitted" / student / "toy_add"
+        folder.mkdir(parents=True)
+        (folder / "toy.py").write_bytes(data)
+    return root
+
+
+def _grade_all(course: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "grader", "grade-all", "--course", str(course),
+                             "--assignment", "tests/grader/toy", "--device", "cpu", "--jobs", "1", "--no-progress",
+                             "--no-gradebook", *extra], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _gradings_run(out: str) -> int:
+    return int(out.split(" gradings run")[0].rsplit(";", 1)[1])
+
+
+def test_two_runs_on_one_course_grade_each_file_once(tmp_path):
+    """A second grade-all on a course in flight says who holds it and leaves it alone, or
+    waits (--wait) and then finds nothing left to grade."""
+    import socket
+    good = (toy_class.SUBMISSIONS / "good.py").read_bytes()
+    course = _toy_course(tmp_path, {"s1": good, "s2": good + b"\n# mine\n",
+                                    "s3": (toy_class.SUBMISSIONS / "no_echo.py").read_bytes()})
+    lock = course / ".grade-all.lock"
+    first = _grade_all(course)
+    deadline = time.monotonic() + 60
+    while not (lock.exists() and lock.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    busy = _grade_all(course)
+    waiting = _grade_all(course, "--wait")
+    _, err = busy.communicate(timeout=60)
+    assert busy.returncode == 75, err
+    assert f"pid {first.pid} on {socket.gethostname()}, started " in err and "--wait" in err, err
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    out2, err2 = waiting.communicate(timeout=300)
+    assert waiting.returncode == 0, err2
+    assert "waiting for the grade-all that holds this course" in err2
+    assert (_gradings_run(out), _gradings_run(out2)) == (3, 0), (out, out2)
+    assert "3 unchanged" in out2
+    assert lock.read_text() == ""          # released: nobody holds it
+    assert not list(course.rglob(".report.json.grading"))
+
+
+def test_a_course_that_cannot_hold_a_lock_is_said_plainly(tmp_path, capsys):
+    course = _toy_course(tmp_path / "c", {"s1": b"x = 1\n"})
+    (course / ".grade-all.lock").mkdir()          # stands where the lock file goes
+    code = main(["grade-all", "--course", str(course), "--assignment", str(REPO / "tests/grader/toy"),
+                 "--device", "cpu", "--no-progress", "--no-gradebook"])
+    assert code == 2 and "cannot open the course's lock file" in capsys.readouterr().err
+
+
+def _names(folder: Path, prefix: str = "") -> set[str]:
+    # grader-uids: the machine's uid locks (grader/sandbox/confine.py), kept across runs by design
+    return {p.name for p in folder.iterdir() if p.name.startswith(prefix) and p.name != "grader-uids"} \
+        if folder.is_dir() else set()
+
+
+def test_a_run_killed_outright_leaves_nothing_a_rerun_does_not_remove(tmp_path, monkeypatch):
+    """kill -9 of grade-all's process group mid-class: the grading in flight and its slot's
+    host end with it, and after the next run the temporary directory and /dev/shm hold what
+    they held before, except a live run's folders, which stay."""
+    import json
+    import tempfile
+
+    from grader import leftovers
+    from grader.sandbox.proxy import shared_tensor_root
+    from grader.warm import WarmHost
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    shm = Path(shared_tensor_root() or tmp)
+    good = (toy_class.SUBMISSIONS / "good.py").read_bytes()
+    course = _toy_course(tmp_path / "course", {
+        "s1": (toy_class.SUBMISSIONS / "hangs_on_thirteen.py").read_bytes(), "s2": good, "s3": good + b"\n# 3\n"})
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    before_tmp, before_shm = _names(tmp), _names(shm, leftovers.WORK_PREFIX)
+    live = WarmHost(toy_class.TOY.folder, "cpu", {})         # another run's host, alive throughout
+    try:
+        live.env()
+        live_folders = {live.folder.name, live.work.name}
+        run = _grade_all(course, env=env)
+        deadline, marker, grading = time.monotonic() + 60, None, []
+        while not (marker and grading) and time.monotonic() < deadline:
+            markers = [p / leftovers.OWNER_FILE for p in tmp.glob(leftovers.HOST_PREFIX + "*")
+                       if p.name not in live_folders and (p / leftovers.OWNER_FILE).is_file()]
+            marker = json.loads(markers[0].read_text()) if markers else None
+            if marker and not marker["host"]:
+                marker = None
+            grading = [int(p) for p in os.listdir("/proc") if p.isdigit() and "grader\0grade\0" in _cmdline(p)
+                       and str(course) in _cmdline(p)]
+            time.sleep(0.1)
+        assert marker and grading, "no grading started"
+        dead_host = marker["host"]
+        dead_folders = _names(tmp) - before_tmp - live_folders
+        assert dead_folders and leftovers.is_alive(dead_host)
+        time.sleep(2)                                    # the hanging file's session is under way
+        os.killpg(run.pid, signal.SIGKILL)
+        run.communicate(timeout=60)
+        deadline = time.monotonic() + 30
+        while (leftovers.is_alive(dead_host) or any(map(leftovers.is_alive, map(leftovers.identity, grading)))) \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not leftovers.is_alive(dead_host), "the slot's host outlived its batch"
+        assert not [pid for pid in grading if leftovers.start_time(pid) is not None], "the grading ran on"
+        again = _grade_all(course, env=env)
+        out, err = again.communicate(timeout=300)
+        assert again.returncode == 0, err
+        assert _names(tmp) == before_tmp | live_folders, _names(tmp)
+        assert _names(shm, leftovers.WORK_PREFIX) - before_shm <= {live.exchange.name}
+        assert live.exchange.is_dir() and live.socket_path.exists() and live.proc.poll() is None
+    finally:
+        live.close()
+    assert _names(tmp) == before_tmp
+
+
+def test_the_sweep_removes_a_dead_runs_host_folders_and_keeps_a_live_ones(tmp_path, monkeypatch):
+    """Dead: the owner is gone, or its pid now names a process with another start time."""
+    import json
+    import tempfile
+
+    from grader import leftovers
+    tmp, shm = tmp_path / "tmp", tmp_path / "shm"
+    tmp.mkdir()
+    shm.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    gone = subprocess.Popen(["sleep", "0"])
+    gone_identity = leftovers.identity(gone.pid)
+    gone.wait()
+    live, dead, reused = (leftovers.host_folders(str(shm)) for _ in range(3))
+    me = leftovers.identity()
+    for folders, owner in ((dead, gone_identity), (reused, f"{os.getpid()}:{int(me.split(':')[1]) + 1}")):
+        (folders[0] / leftovers.OWNER_FILE).write_text(json.dumps({"owner": owner, "host": None}))
+    for folder in live + dead + reused:
+        (folder / "something").write_text("x")
+    removed = leftovers.sweep_hosts(str(shm))
+    assert all(folder.is_dir() for folder in live)
+    assert not any(folder.exists() for folder in dead + reused), removed
+    assert sorted(map(str, dead + reused)) == sorted(removed)

@@ -1,4 +1,5 @@
 """The Gradescope autograder zip: what it holds, and run_autograder in a folder laid out like /autograder."""
+import hashlib
 import json
 import os
 import subprocess
@@ -6,6 +7,9 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
+from grader import machines
 from grader.assignment import REPO
 from toy_class import validate_report
 
@@ -74,17 +78,60 @@ def test_run_autograder_grades_the_toy_without_its_reference(tmp_path):
         assert results["extra_data"]["sandbox"]["privilege_drop"] is True
 
 
-def test_run_autograder_takes_one_file_under_another_name(tmp_path):
+def test_run_autograder_refuses_a_misnamed_file_as_grade_all_does(tmp_path):
     root = unpack(make_gradescope.build(TOY, tmp_path / "zip"), tmp_path / "autograder")
-    (root / "submission" / "my_solution.py").write_bytes((TOY / "submissions/syntax_error.py").read_bytes())
+    (root / "submission" / "Toy.py").write_bytes((TOY / "submissions/good.py").read_bytes())
     results = run_autograder(root)
     validate_report(results)
-    assert results["score"] == 0 and "does not parse" in results["extra_data"]["problem"]
+    assert results["score"] == 0 and "rename Toy.py to toy.py" in results["output"]
     assert len(results["tests"]) == 11       # collected without the reference in the zip
+
+
+def test_run_autograder_refuses_a_link_and_never_reads_its_target(tmp_path):
+    root = unpack(make_gradescope.build(TOY, tmp_path / "zip"), tmp_path / "autograder")
+    classmate = tmp_path / "classmate.py"
+    classmate.write_bytes((TOY / "submissions/good.py").read_bytes())
+    (root / "submission" / "toy.py").symlink_to(classmate)
+    results = run_autograder(root)
+    validate_report(results)
+    assert results["score"] == 0 and "toy.py is a symbolic link" in results["output"]
+    assert results["extra_data"]["submission"]["sha256"] != hashlib.sha256(classmate.read_bytes()).hexdigest()
 
 
 def test_run_autograder_without_a_python_file(tmp_path):
     root = unpack(make_gradescope.build(TOY, tmp_path / "zip"), tmp_path / "autograder")
     (root / "submission" / "notes.txt").write_text("I ran out of time")
     results = run_autograder(root)
-    assert results["score"] == 0 and "No toy.py was found" in results["output"]
+    assert results["score"] == 0 and "no toy.py among the files handed in (found notes.txt)" in results["output"]
+
+
+def test_run_autograder_writes_a_zero_when_the_grader_fails(tmp_path):
+    root = unpack(make_gradescope.build(TOY, tmp_path / "zip"), tmp_path / "autograder")
+    (root / "submission" / "toy.py").write_bytes((TOY / "submissions/good.py").read_bytes())
+    (root / "source/grader/run.py").write_text("raise ImportError('a broken image')\n")
+    results = run_autograder(root)
+    assert results["score"] == 0 and results["tests"] == []
+    assert "The autograder failed before it could grade your file" in results["output"]
+    assert "Traceback" not in results["output"]
+
+
+def test_setup_installs_torch_from_the_cpu_index_at_the_pinned_version(tmp_path):
+    root = unpack(make_gradescope.build(TOY, tmp_path / "zip"), tmp_path / "autograder")
+    setup = (root / "source/setup.sh").read_text()
+    pin = next(line for line in (REPO / "requirements/constraints.txt").read_text().splitlines()
+               if line.startswith("torch=="))
+    assert f'--index-url https://download.pytorch.org/whl/cpu "{pin}"' in setup
+
+
+def test_the_default_l1_zip_gives_the_reference_full_marks(tmp_path):
+    """No reference in the zip: no test may need it on the CPU, or every correct file loses its points."""
+    if machines.resolve_device("auto") == "cuda":
+        pytest.skip("with a GPU the performance area is graded, and it needs --with-reference")
+    zip_path = make_gradescope.build(REPO / "assignment/l1_paged_kv_write", tmp_path / "zip")
+    root = unpack(zip_path, tmp_path / "autograder")
+    (root / "submission" / "l1_paged_kv_write.py").write_bytes((REPO / "reference/l1_paged_kv_write.py").read_bytes())
+    results = run_autograder(root)
+    validate_report(results)
+    assert not (root / "source/reference").exists()
+    assert results["score"] == results["max_score"] == 85.0, [
+        (t["name"], t["output"]) for t in results["tests"] if t["status"] != "passed"]

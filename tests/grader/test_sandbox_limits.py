@@ -340,3 +340,18 @@ def test_a_worker_starts_few_blas_threads_whatever_the_machine(tmp_path):
         assert threads is not None and 1 <= int(threads) <= 4
     finally:
         sub.close()
+
+
+def test_a_workers_threads_are_frozen_between_its_calls():
+    """A thread the submission started at import runs only while the grader is calling it: one
+    left running between calls would take the GPU from a neighbouring grading's timed window."""
+    conf = Confinement.prepare("cpu", [], want_uid=False)
+    sub = Submission(TOY / "ticks_between_calls.py", ["add_into", "echo"], torch.device("cpu"), conf, timeout=60)
+    try:
+        first = sub.echo(0)
+        time.sleep(1.0)                       # the thread would tick ~1000 times in this second
+        second = sub.echo(0)
+        assert second - first < 200, f"the thread ran between calls: {first} -> {second}"
+        assert sub._worker.frozen, "the worker was not frozen after answering"
+    finally:
+        sub.close()

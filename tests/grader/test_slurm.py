@@ -18,7 +18,8 @@ import toy_class
 from grader.assignment import REPO, Assignment
 from grader.batch import grade_all
 from grader.cli import main
-from grader.cluster import ClusterError, SlurmBatch, SlurmOptions, node_local_warning, parse_sbatch, task_time_min
+from grader.cluster import (ClusterError, SlurmBatch, SlurmOptions, node_local_warning, parse_sbatch, slurm_device,
+                            task_time_min)
 from grader.course import Course
 
 TOY = str(REPO / "tests/grader/toy")
@@ -38,10 +39,15 @@ def _cluster_down() -> str | None:
     return None
 
 
+def _in_ci() -> bool:
+    """CI=true (GitHub Actions, GitLab; .ci/run sets it too), or 1/yes."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
 @pytest.fixture(scope="module")
 def cluster():
     why = _cluster_down()
-    if why and os.environ.get("CI") == "true":
+    if why and _in_ci():
         pytest.fail(f"CI must grade through Slurm: {why}")       # .ci/run starts the cluster
     if why:
         pytest.skip(why)
@@ -248,3 +254,46 @@ def test_a_node_local_course_is_flagged_only_on_a_cluster_of_several_nodes():
     assert node_local_warning([Path("/tmp/course")], nodes=1) is None
     assert "local to this machine" in node_local_warning([Path("/tmp/course")], nodes=4)
     assert node_local_warning([Path("/home/me/course")], nodes=4) is None
+
+
+def _no_slurm_path(tmp_path: Path) -> str:
+    """A PATH without Slurm's commands, as on a fresh machine: the folders of the usual one,
+    with every entry but Slurm's linked into one folder."""
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    hidden = {"sbatch", "squeue", "scancel", "sinfo", "srun", "salloc", "scontrol"}
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        for entry in Path(folder).glob("*") if folder and Path(folder).is_dir() else ():
+            if entry.name not in hidden and not (bare / entry.name).exists():
+                (bare / entry.name).symlink_to(entry)
+    return str(bare)
+
+
+def test_without_slurm_grade_all_says_why_and_nothing_runs_sinfo(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", _no_slurm_path(tmp_path))
+    # a course under /tmp asks sinfo how many nodes there are, to warn of node-local folders
+    assert node_local_warning([Path("/tmp/course")]) is None
+    course = Course("/tmp/course", toy_class.TOY)
+    assert SlurmBatch(course, "cpu", 420, SlurmOptions()).parameters(2)["cpus_per_task"] == 2
+    with pytest.raises(ClusterError, match="no sinfo on this machine"):
+        slurm_device("auto", None)
+    _student(tmp_path / "c", "s1", (toy_class.SUBMISSIONS / "good.py").read_bytes())
+    assert main(["grade-all", "--course", str(tmp_path / "c"), *CLI]) == 2
+    err = capsys.readouterr().err
+    assert "no sbatch on this machine" in err and "Traceback" not in err
+
+
+def test_without_slurm_these_tests_skip_the_cluster_outside_ci_and_fail_in_it(tmp_path):
+    """This file on a machine without Slurm, in a fresh process: the tests that need no
+    cluster pass, those that need one skip (and fail where CI is set)."""
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env["PATH"] = _no_slurm_path(tmp_path)
+    cmd = [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", "-rs",
+           "-k", "not these_tests_skip", "--basetemp", str(tmp_path / "inner")]
+    out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    summary = out.stdout.strip().splitlines()[-1]
+    assert " passed, " in summary and " skipped" in summary and "no sbatch here" in out.stdout, out.stdout[-3000:]
+    out = subprocess.run(cmd + ["-x"], cwd=REPO, env={**env, "CI": "true"}, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 1 and "CI must grade through Slurm" in out.stdout, out.stdout[-3000:]

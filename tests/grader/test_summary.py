@@ -57,7 +57,7 @@ def test_page_covers_the_class(page):
                     "Identical submissions", "Students"):
         assert f"<h2>{heading}" in text
     for student in list(graded.expected) + list(toy_class.MISSING):
-        assert f"<td>{student}</td>" in text
+        assert f">{student}</td>" in text
     assert "your file has no function named &#x27;echo&#x27;" in text
     assert "26 students: s00" in text                       # the good file, graded once
     assert "gpu_only: Skipped" not in text                 # not graded on the CPU: no pass rate
@@ -131,5 +131,92 @@ def test_a_class_with_nothing_graded_yet(tmp_path):
     (tmp_path / "summary" / "scores.png").write_bytes(b"left from an earlier run")
     index = build(Course(tmp_path, toy_class.TOY), tmp_path / "summary")
     text = index.read_text()
-    assert "No graded submissions yet" in text and "<td>s1</td>" in text and "<img" not in text
+    assert "No graded submissions yet" in text and ">s1</td>" in text and "<img" not in text
     assert not (tmp_path / "summary" / "scores.png").exists()
+
+
+def _copy_class(graded, root: Path) -> Course:
+    for kind in ("submitted", "autograded", "feedback"):
+        shutil.copytree(graded.course.root / kind, root / kind)
+    return Course(root, graded.course.assignment)
+
+
+def _section(text: str, heading: str) -> str:
+    return text.split(f"<h2>{heading}")[1].split("<h2>")[0]
+
+
+def test_hints_tests_and_students_say_what_happened(page, tmp_path):
+    """One cause is one hint, whatever area gate it sits behind; a stale report's note is no
+    hint; a parametrised test's cases are told apart; an area graded for nobody here is
+    "–" for every student, graded or not."""
+    graded, _ = page
+    course = _copy_class(graded, tmp_path)
+    path = course.report_path("s26")                      # a no_echo student: echo fails
+    report = json.loads(path.read_text())
+    gate = "No points for this area until add passes completely."
+    for i, t in enumerate(t for t in report["tests"] if t.get("status") == "failed"):
+        t["output"] = f"{gate} {t['output']}" if i % 2 else t["output"]
+    report["tests"].append({"name": "echo: gated", "number": "2.9", "score": 0.0, "max_score": 1.0, "output": gate,
+                            "tags": ["echo"], "visibility": "visible", "status": "failed",
+                            "extra_data": {"outcome": "passed", "duration_s": 0.0}})
+    path.write_text(json.dumps(report))
+    stale = course.submission_folder("s01") / "toy.py"
+    stale.write_bytes(stale.read_bytes() + b"\n# changed after grading\n")
+    text = build(course, tmp_path / "summary").read_text()
+    hints = _section(text, "Most common failure hints")
+    assert "No points for this area" not in hints
+    assert hints.count("your file has no function named &#x27;echo&#x27;") == 1
+    assert "run grade-all again" not in hints and "stale" in _section(text, "Students")
+    tests = _section(text, "Pass rate per hidden test")
+    names = [cell.split("</td>")[0] for cell in tests.split("<td>")[1:] if not cell[0].isdigit()]
+    assert len(names) == len(set(names)), names
+    assert "echo: Plain values come back unchanged [text]</td>" in tests
+    students = _section(text, "Students")
+    for student in ("s00", "s_empty"):                    # graded, and missing
+        row = students.split(f">{student}</td>")[1].split("</tr>")[0]
+        assert row.count("<td class=num>–</td>") == 1, row     # gpu_only, not graded on the CPU
+    assert "Not graded on this machine, for anyone: gpu_only (GPU only)" in text
+
+
+def test_terminal_table_tells_an_area_not_graded_here_from_a_failure(page):
+    from grader.report import terminal_table
+    graded, _ = page
+    table = terminal_table(graded.course.read_report("s00"))
+    line = next(line for line in table.splitlines() if line.startswith("gpu_only"))
+    assert line.split()[1:] == ["–", "GPU", "only:", "not", "graded", "on", "this", "machine"], line
+
+
+# Laid out in the browser, the page reports its widest point into the DOM that --dump-dom prints.
+MEASURE = """<script>
+let right = document.documentElement.scrollWidth;
+for (const el of document.querySelectorAll("body *")) right = Math.max(right, el.getBoundingClientRect().right);
+document.body.setAttribute("data-widest", Math.ceil(right));
+</script></body>"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary on PATH (Debian package: chromium)")
+def test_page_fits_a_1300_px_window(page, tmp_path):
+    """Long names and long notes (a path in an error log) stay inside the page: cut short on
+    their line, whole in their tooltip."""
+    graded, _ = page
+    course = _copy_class(graded, tmp_path)
+    long_name = "s_" + "very_long_student_identifier_" * 3
+    folder = course.submission_folder(long_name)
+    folder.mkdir(parents=True)
+    (folder / "toy.py").write_bytes(b"x = 1\n")
+    course.error_path(long_name).parent.mkdir(parents=True)
+    course.error_path(long_name).write_text("the grader exited: /" + "deeply/nested/folder/" * 20 + "file.py\n")
+    index = build(course, tmp_path / "summary")
+    probe = index.with_name("probe.html")
+    probe.write_text(index.read_text().replace("</body>", MEASURE))
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    out = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                          "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                          f"--user-data-dir={profile}", "--window-size=1300,1000", "--dump-dom",
+                          probe.resolve().as_uri()], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert 'data-widest="' in out.stdout, out.stderr[-2000:]
+    widest = int(out.stdout.split('data-widest="')[1].split('"')[0])
+    assert widest <= 1300, f"the page is {widest} px wide in a 1300 px window"
+    text = index.read_text()
+    assert f'title="{long_name}"' in text and 'title="the grader exited: /deeply/nested' in text

@@ -148,3 +148,33 @@ def test_the_graders_own_process_does_not_import_torch():
             "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", f"imported by the grader's own process: {out}"
+
+
+def test_a_timing_not_measured_costs_no_point_and_asks_for_a_regrade(tmp_path):
+    """A busy GPU leaves the timed area out of the grading, as a machine without the device
+    would, and the report is not current: grade-all grades the file again on its next run."""
+    import hashlib
+
+    from grader import __version__, report, results as reading
+    from grader.course import Course
+    from grader.validate import schema_problems
+    l1 = Assignment.load(REPO / "assignment/l1_paged_kv_write")
+    busy = "not measured: the GPU was busy with work outside this grading (pid 7 at 93% for 1.0 s)"
+    tests = [TestResult("w", "write", "rows", "passed"),
+             TestResult("p1", "performance", "speed", "passed", "", 1.0, 0.95),
+             TestResult("p2", "performance", "speed", "not_measured", busy)]
+    areas = score(l1, tests, "cuda")
+    assert not areas["performance"].graded and areas["performance"].note.startswith("not measured")
+    _, top = totals(areas)
+    assert top == sum(a.points for a in l1.areas.values()) - l1.areas["performance"].points
+    sha = hashlib.sha256(b"x = 1\n").hexdigest()
+    built = report.build(l1, areas, tests, submission={"sha256": sha}, environment={"device": "cuda"},
+                         sandbox={}, phases={}, instructor={})
+    assert [p for p in schema_problems(built) if "regrade" in p or "outcome" in p] == []
+    assert "busy" in reading.regrade(built) and "Partly graded" in built["output"]
+    assert "status" not in built["tests"][-1]           # neither passed nor failed
+    course = Course(tmp_path, l1)
+    assert built["extra_data"]["grader_version"] == __version__
+    assert not course.is_current(built, sha)
+    built["extra_data"]["regrade"] = None
+    assert course.is_current(built, sha)                # the same report, measured, is current

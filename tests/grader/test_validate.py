@@ -382,3 +382,18 @@ def test_parallel_runs_start_with_what_was_slowest_last_time(tmp_path):
         (tmp_path / f"wrong-{name}.row.json").write_text(json.dumps({"rows": [{"wall_s": wall}]}))
     (tmp_path / "wrong-medium.row.json").write_text("{truncated")
     assert [e.name for e in v.longest_first(entries, tmp_path)] == ["new", "medium", "slow", "quick"]
+
+
+def test_a_cheat_that_pays_under_weaker_isolation_is_shouted_about():
+    """Allowed ("any") where workers share the grader's uid, a cheat's points still say the grades
+    of that machine do not hold: validate prints a warning in the matrix, and fails where the
+    report says the uid was its own."""
+    e = entry("adversarial", name="find_reference", deserves=0, without=None)
+    weak = v.judge(e, report(passed={"slot_mapping"}, drop=False), CPU)
+    assert weak.problems == [] and any(n.startswith("WARNING: scored 15") for n in weak.notes)
+    assert "WARNING" in v.render([weak], CPU) and "WARNING" in v.summary_line(weak)
+    strong = v.judge(e, report(passed={"slot_mapping"}, drop=True), CPU)
+    assert strong.problems == ["scored 15.0, deserves at most 0"]
+    assert not any("WARNING" in n for n in strong.notes)
+    honest = v.judge(e, report(drop=False), CPU)
+    assert honest.problems == [] and not any("WARNING" in n for n in honest.notes)

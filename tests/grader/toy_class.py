@@ -2,7 +2,8 @@
 
 Many students hand in the same few files (graded once each), plus the cases a
 class always has: a binary file under the right name, an empty folder, a folder
-without the file, a student folder without the assignment's folder.
+with a misnamed file, a link or a folder in the file's place, a student folder without the
+assignment's folder.
 """
 from __future__ import annotations
 
@@ -34,7 +35,12 @@ MISSING = {
     "s_no_folder": "no toy_add folder",             # a student folder without the assignment's
     "s_empty": "empty",                              # the assignment's folder, empty
     "s_stamp_only": "empty",                         # only nbgrader's timestamp.txt
-    "s_wrong_name": "no toy.py in the submission folder (found solution.py)",
+}
+# Handed in, but not a file under the assignment's name: graded 0, with feedback saying why.
+REFUSED = {
+    "s_wrong_name": "rename solution.py to toy.py",          # the one rule run_autograder applies too
+    "s_link": "toy.py is a symbolic link",                   # to a classmate's file: never read
+    "s_folder": "toy.py is a folder",
 }
 
 
@@ -62,6 +68,7 @@ def students() -> dict[str, bytes | None]:
             n += 1
     files["s_binary"] = BINARY
     files.update(dict.fromkeys(MISSING))
+    files.update(dict.fromkeys(REFUSED))
     return files
 
 
@@ -72,6 +79,7 @@ def expected_scores() -> dict[str, float]:
             scores[f"s{n:02d}"] = score
             n += 1
     scores["s_binary"] = 0.0
+    scores.update(dict.fromkeys(REFUSED, 0.0))
     return scores
 
 
@@ -87,6 +95,10 @@ def make_course(root: Path) -> Course:
             (folder / "timestamp.txt").write_text("2026-01-05 10:00:00.000000 UTC\n")
         elif student == "s_wrong_name":
             shutil.copy(SUBMISSIONS / "good.py", folder / "solution.py")
+        elif student == "s_link":
+            (folder / TOY.submission).symlink_to(root / "submitted" / "s00" / TOY.id / TOY.submission)
+        elif student == "s_folder":
+            (folder / TOY.submission).mkdir()
         elif data is not None:
             (folder / TOY.submission).write_bytes(data)
     return Course(root, TOY)
@@ -97,7 +109,7 @@ def _graded(root: str) -> GradedClass:
     course = make_course(Path(root))
     result = grade_all(course, "cpu", jobs=2, progress=False)
     publish(course, result.rows, course.root / f"grades-{TOY.id}.csv", default_db_url(course.root))
-    distinct = len({data for data in students().values() if data is not None})
+    distinct = len({data for data in students().values() if data is not None}) + len(REFUSED)
     return GradedClass(course, result, expected_scores(), distinct)
 
 

@@ -1,7 +1,7 @@
 """Right: @triton.autotune over num_warps stacked on @triton.jit.
 
-The CPU interpreter cannot benchmark several configs (it has no driver to time them), so
-this one is graded on the GPU only.
+The CPU interpreter cannot benchmark several configs (it has no driver to time them); there
+the grader and the public tests take the first config.
 """
 import torch
 import triton

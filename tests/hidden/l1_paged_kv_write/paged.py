@@ -397,3 +397,17 @@ def write_and_compare(submission, key, value, kc: GuardedCache, vc: GuardedCache
         return None
     record_property("detail", describe(findings))
     return cache_message(findings, T=len(slots), D=kc.D, hints=hints)
+
+
+def general_case_first(submission, rng, shared, device, record_property, H: int, D: int, dtype):
+    """A degenerate case (no tokens, only padding, inputs left alone) says something only about
+    a write that works: an answer that ignores its input passes it. So such a test first writes
+    an ordinary batch of the same shapes, and fails, counting for nothing, when that is wrong."""
+    bs, nb, T = 16, 16, 24
+    kc = GuardedCache(rng, shared, device, nb, bs, H, D, dtype)
+    vc = GuardedCache(rng, shared, device, nb, bs, H, D, dtype)
+    key, value = token_rows(rng, T, H, D, dtype, device)
+    msg = write_and_compare(submission, key, value, kc, vc, random_slots(rng, T, nb * bs), record_property)
+    if msg is not None:
+        fail("this case counts only beside a working write, and an ordinary batch of "
+             f"{T} tokens of the same shapes was not written right: {msg}")

@@ -6,7 +6,7 @@ block just before the cache, where it is seen instead of corrupting memory."""
 import pytest
 import torch
 
-from paged import GuardedCache, random_slots, token_rows, write_and_compare
+from paged import GuardedCache, general_case_first, random_slots, token_rows, write_and_compare
 
 pytestmark = pytest.mark.area("padding")
 
@@ -49,6 +49,7 @@ def test_padding_tokens_are_skipped(where, submission, rng, shared, device, reco
 
 def test_all_padding_changes_nothing(submission, rng, shared, device, record_property):
     """A batch made only of padding tokens (all slots -1) leaves both caches unchanged"""
+    general_case_first(submission, rng, shared, device, record_property, H, D, DTYPE)
     kc, vc = _caches(rng, shared, device)
     key, value = token_rows(rng, 16, H, D, DTYPE, device)
     slots = torch.full((16,), -1, dtype=torch.int64)

@@ -121,8 +121,12 @@ def test_result_is_int64(index_dtype, submission, rng, device, record_property):
     _check_values(result, b, record_property)
 
 
-def test_an_empty_batch(submission, device, record_property):
+def test_an_empty_batch(submission, rng, device, record_property):
     """A step with no new tokens (T = 0) maps to an empty int64 tensor"""
+    # Only beside an ordinary batch: an answer that ignores its input gets T = 0 right.
+    ordinary = random_batch(rng, num_seqs=3, width=8, block_size=16, num_blocks=48,
+                            new_tokens=lambda s: 5, shuffle=True)
+    _check_values(_slots(submission, ordinary, device, record_property), ordinary, record_property)
     b = Batch(torch.tensor([[4, 11, 2]], dtype=torch.int32), torch.empty(0, dtype=torch.int64),
               torch.empty(0, dtype=torch.int64), 16)
     result = _slots(submission, b, device, record_property)
@@ -193,8 +197,31 @@ def _timed(side, inputs):
     return time.perf_counter() - t0, result, err
 
 
-def test_two_million_tokens_as_fast_as_one_gather(submission, reference, shared, rng, device, record_property):
-    """Two million tokens are mapped within a small factor of the reference's one gather, timed in the same run: no Python loop"""
+def _trusted_gather(table, si, pos, device):
+    """One vectorised gather run here, in the trusted test process, with its result crossing a
+    socket as a worker's answer does: on a 2-core CPU, 0.06-0.17 s a call against 0.05-0.15 s
+    for the reference's gather through the sandbox, idle and beside a busy core alike."""
+    import socket
+    import threading
+    t0 = time.perf_counter()
+    slots = table[si, pos // SPEED_BS].long() * SPEED_BS + pos % SPEED_BS
+    if slots.is_cuda:
+        torch.cuda.synchronize()
+    data = slots.cpu().numpy().tobytes()
+    ours, theirs = socket.socketpair()
+    sender = threading.Thread(target=lambda: (theirs.sendall(data), theirs.close()))
+    sender.start()
+    chunks = []
+    while chunk := ours.recv(1 << 20):
+        chunks.append(chunk)
+    sender.join()
+    ours.close()
+    torch.frombuffer(bytearray(b"".join(chunks)), dtype=torch.int64).to(device)
+    return time.perf_counter() - t0
+
+
+def test_two_million_tokens_as_fast_as_one_gather(submission, shared, rng, device, record_property, request):
+    """Two million tokens are mapped within a small factor of one vectorised gather, timed in the same run: no Python loop"""
     table = torch.randperm(SPEED_S * SPEED_W + 1000, generator=rng)[: SPEED_S * SPEED_W]
     table = table.view(SPEED_S, SPEED_W).int()
     si_cpu = torch.randint(0, SPEED_S, (SPEED_T,), generator=rng)
@@ -202,14 +229,31 @@ def test_two_million_tokens_as_fast_as_one_gather(submission, reference, shared,
     b = Batch(table, si_cpu, pos_cpu, SPEED_BS)
     small = random_batch(rng, num_seqs=2, width=4, block_size=SPEED_BS, num_blocks=8,
                          new_tokens=lambda s: 2, shuffle=False)
-    try:
-        # Each side's first call pays for its worker's start and imports: not what is timed.
-        # Both sides then make the same calls on the same inputs, each in its own shared memory.
-        _slots(reference, small, device, record_property)
-        ref_inputs = _speed_inputs(reference, table, si_cpu, pos_cpu, device)
-        t_ref = min(_timed(reference, ref_inputs)[0] for _ in range(REPEATS))
-    finally:
-        reference.exchange.release()
+    # On the CPU the two times matched (see _trusted_gather), so no reference worker is started for
+    # this alone; on a GPU the reference's own gather is the comparison where it is installed.
+    # Asked for here rather than as an argument, which would skip the test where the grader ships
+    # without it (the default Gradescope zip): that is the trusted process's finding, from whether
+    # the reference's file is there, and nothing a submission does can bring it about.
+    reference = None
+    if device.type == "cuda":
+        try:
+            reference = request.getfixturevalue("reference")
+        except pytest.skip.Exception:
+            pass
+    if reference is None:
+        args = (table.to(device), si_cpu.to(device), pos_cpu.to(device))
+        t_ref = min(_trusted_gather(*args, device) for _ in range(REPEATS))
+        baseline = "a trusted gather"
+    else:
+        try:
+            # Each side's first call pays for its worker's start and imports: not what is timed.
+            # Both sides then make the same calls on the same inputs, each in its own shared memory.
+            _slots(reference, small, device, record_property)
+            ref_inputs = _speed_inputs(reference, table, si_cpu, pos_cpu, device)
+            t_ref = min(_timed(reference, ref_inputs)[0] for _ in range(REPEATS))
+        finally:
+            reference.exchange.release()
+        baseline = "the reference"
     _slots(submission, small, device, record_property)
     inputs = _speed_inputs(submission, table, si_cpu, pos_cpu, device)    # `shared` frees them
     limit = SPEED_FACTOR * t_ref + SPEED_SLACK_S
@@ -221,7 +265,7 @@ def test_two_million_tokens_as_fast_as_one_gather(submission, reference, shared,
         if err is not None or took <= limit or took > 3 * limit:
             break
         took = min(took, _timed(submission, inputs)[0])
-    record_property("detail", f"took {took:.3f}s, reference {t_ref:.3f}s, limit {limit:.3f}s")
+    record_property("detail", f"took {took:.3f}s, {baseline} {t_ref:.3f}s, limit {limit:.3f}s")
     if err is not None:
         record_property("detail", f"raised {raised_type(err)}: {raised_message(err, 1000)}")
         fail(error_hint("slot_mapping", err))

@@ -36,6 +36,16 @@ def _bad_rows(rng, device, kind):
     return base, base[:, :, :D]
 
 
+def _accepts_the_valid_layout(submission, args, record_property):
+    """Rejecting counts only where the valid layout is accepted: an answer that raises on every
+    input rejects the bad ones too."""
+    _, err = call(submission.reshape_and_cache, *args)
+    if err is not None:
+        record_property("detail", f"valid layout: raised {raised_type(err)}: {raised_message(err)}")
+        fail(f"reshape_and_cache raised {raised_type(err)} on contiguous caches and keys of the same "
+             "shapes: rejecting a bad layout counts only when the valid one is accepted.")
+
+
 def _expect_rejected(submission, args, watch, what, why, record_property):
     """Call reshape_and_cache(*args) and require AssertionError/ValueError and no writes to
     any tensor in `watch` (name -> tensor)."""
@@ -67,6 +77,8 @@ def test_non_contiguous_cache_is_rejected(which, kind, submission, rng, device, 
     key, value = token_rows(rng, T, H, D, DTYPE, device)
     slots = random_slots(rng, T, NB * BS).to(device)
     kc, vc = (bad, good) if which == "k_cache" else (good, bad)
+    _accepts_the_valid_layout(submission, (key, value, _cache(rng, device), _cache(rng, device), slots),
+                              record_property)
     _expect_rejected(submission, (key, value, kc, vc, slots), {which: base, "the other cache": good},
                      f"a non-contiguous {which}", CACHE_WHY, record_property)
 
@@ -80,5 +92,7 @@ def test_non_contiguous_head_dims_are_rejected(which, kind, submission, rng, dev
     key, value = (bad, good) if which == "key" else (good, bad)
     kc, vc = _cache(rng, device), _cache(rng, device)
     slots = random_slots(rng, T, NB * BS).to(device)
+    _accepts_the_valid_layout(submission, (good, token_rows(rng, T, H, D, DTYPE, device)[1], _cache(rng, device),
+                                           _cache(rng, device), slots), record_property)
     _expect_rejected(submission, (key, value, kc, vc, slots), {"k_cache": kc, "v_cache": vc},
                      f"a {which} whose [H, D] is not contiguous", ROWS_WHY, record_property)

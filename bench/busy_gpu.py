@@ -1,0 +1,164 @@
+"""Does a busy GPU change a score? The checks behind docs/threat-model.md's "A shared GPU".
+
+    python bench/busy_gpu.py [--cold N] [--class-copies N] [--classes K] [--jobs J] [--out FILE]
+
+1. NVML: what the per-process samples look like beside a copy loop (their interval, our pids).
+2. The reference graded N times cold (`python -m grader grade`) beside a copy loop of another
+   process: each must score full marks, or full marks outside a performance area that was not
+   measured (to be regraded).
+3. A class of the gpu_thread_twin corpus entry (the reference plus a thread that copies GPU
+   memory in bursts from import) and N distinct reference copies, graded K times with
+   `grade-all --jobs J`: every reference copy must score full marks.
+4. With --rate-copies M: M reference copies alone, for the class rate (gradings a minute).
+Prints a table per check and exits 1 if any check failed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from grader import gpu_load, results  # noqa: E402
+from grader.assignment import Assignment  # noqa: E402
+from grader.corpus import load_corpus  # noqa: E402
+from grader.course import Course  # noqa: E402
+
+REFERENCE = ROOT / "reference" / "l1_paged_kv_write.py"
+
+
+def nvml_probe(seconds: float = 3.0) -> dict:
+    import os
+
+    import pynvml
+    import torch
+
+    from grader.gpu_quiet import _nvml_handle
+    handle, problem = _nvml_handle(0)
+    if handle is None:
+        return {"problem": problem}
+    load = gpu_load.start()
+    try:
+        t0 = int(time.time() * 1e6)
+        time.sleep(seconds)
+        samples = pynvml.nvmlDeviceGetProcessUtilization(handle, t0)
+        rows = sorted((s.timeStamp, s.pid, s.smUtil, s.memUtil) for s in samples if s.timeStamp > t0)
+        stamps = sorted({r[0] for r in rows if r[1] == load.pid})
+        gaps = [(b - a) / 1e6 for a, b in zip(stamps, stamps[1:])]
+        dev = pynvml.nvmlDeviceGetSamples(handle, pynvml.NVML_GPU_UTILIZATION_SAMPLES, t0)[1]
+        dstamps = sorted(s.timeStamp for s in dev)
+        return {"load_pid": load.pid, "our_pid": os.getpid(), "torch": torch.__version__,
+                "samples_of_load": len(stamps), "sample_gaps_s": gaps[:20],
+                "pids_seen": sorted({r[1] for r in rows}),
+                "max_sm_of_load": max((r[2] for r in rows if r[1] == load.pid), default=None),
+                "device_sample_gaps_s": [(b - a) / 1e6 for a, b in zip(dstamps, dstamps[1:])][:10]}
+    finally:
+        load.kill()
+        load.wait()
+
+
+def grade(submission: Path, report: Path) -> dict:
+    subprocess.run([sys.executable, "-m", "grader", "grade", "--submission", str(submission), "--report",
+                    str(report), "--device", "cuda"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, check=False)
+    return results.read(report) or {}
+
+
+def verdict(report: dict) -> tuple[bool, str]:
+    """(full marks, or full marks outside an area not measured; a line)."""
+    score, top = report.get("score"), report.get("max_score")
+    why = results.regrade(report)
+    areas = results.areas(report)
+    lost = {n: a["score"] for n, a in areas.items() if a.get("graded") and a["score"] < a["points"] - 1e-6}
+    ok = score is not None and not lost and score >= top - 1e-6
+    perf = next((t for t in report.get("tests", []) if "performance" in t.get("tags", [])), None)
+    ratio = results.test_detail(perf).get("measure") if perf else None
+    return ok, f"{score}/{top}" + (f" lost {lost}" if lost else "") + (f" regrade: {why[:120]}" if why else "") + \
+        (f" ratio {ratio}" if ratio is not None else "")
+
+
+def cold_beside_load(n: int, work: Path) -> list[dict]:
+    out = []
+    load = gpu_load.start()
+    try:
+        for i in range(n):
+            t = time.monotonic()
+            ok, line = verdict(grade(REFERENCE, work / f"cold-{i}.json"))
+            out.append({"run": i, "ok": ok, "result": line, "wall_s": round(time.monotonic() - t, 1)})
+            print(f"  cold {i}: {'ok ' if ok else 'BAD'} {line} ({out[-1]['wall_s']} s)", flush=True)
+    finally:
+        load.kill()
+        load.wait()
+    return out
+
+
+def noisy_class(copies: int, jobs: int, work: Path, k: int, noisy: bool = True) -> list[dict]:
+    assignment = Assignment.find(None)
+    mutants = Path(tempfile.mkdtemp(prefix="grader-mutants-"))
+    hog = next(e for e in load_corpus(assignment, mutants=mutants) if e.name == "gpu_thread_twin").file
+    course = work / f"class-{k}"
+    students = {"noisy": hog.read_text()} if noisy else {}
+    for i in range(copies):
+        students[f"ref{i:02d}"] = REFERENCE.read_text() + f"\n# copy {i}\n"
+    for student, text in students.items():
+        folder = course / "submitted" / student / assignment.id
+        folder.mkdir(parents=True)
+        (folder / assignment.submission).write_text(text)
+    t = time.monotonic()
+    subprocess.run([sys.executable, "-m", "grader", "grade-all", "--course", str(course), "--assignment",
+                    str(assignment.folder), "--device", "cuda", "--jobs", str(jobs)], cwd=ROOT,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    wall = time.monotonic() - t
+    shutil.rmtree(mutants, ignore_errors=True)
+    out = []
+    for student in students:
+        report = results.read_or_none(Course(course, assignment).report_path(student)) or {}
+        ok, line = verdict(report)
+        out.append({"class": k, "student": student, "ok": ok or student == "noisy", "result": line})
+        print(f"  class {k} {student}: {'ok ' if ok else ('-- ' if student == 'noisy' else 'BAD')} {line}",
+              flush=True)
+    print(f"  class {k}: {len(students)} gradings in {wall:.0f} s ({60 * len(students) / wall:.1f} a minute)")
+    out.append({"class": k, "wall_s": round(wall, 1), "gradings": len(students), "ok": True})
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cold", type=int, default=5)
+    ap.add_argument("--class-copies", type=int, default=8)
+    ap.add_argument("--classes", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=3)
+    ap.add_argument("--rate-copies", type=int, default=0,
+                    help="then a class of this many reference copies alone, for the class rate")
+    ap.add_argument("--out", default="build/busy_gpu.json")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="busy-gpu-"))
+    found: dict = {}
+    print("NVML beside a copy loop:", flush=True)
+    found["nvml"] = nvml_probe()
+    print("  " + json.dumps(found["nvml"]), flush=True)
+    print(f"the reference graded {args.cold} times cold beside a copy loop:", flush=True)
+    found["cold"] = cold_beside_load(args.cold, work)
+    found["classes"] = []
+    for k in range(args.classes):
+        print(f"class {k}: gpu_thread_twin and {args.class_copies} reference copies, --jobs {args.jobs}:", flush=True)
+        found["classes"] += noisy_class(args.class_copies, args.jobs, work, k)
+    if args.rate_copies:
+        print(f"rate: {args.rate_copies} reference copies, --jobs {args.jobs}, nothing else on the GPU:", flush=True)
+        found["classes"] += noisy_class(args.rate_copies, args.jobs, work, args.classes, noisy=False)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(found, indent=1))
+    bad = [r for r in found["cold"] + found["classes"] if not r["ok"]]
+    print(f"{len(bad)} check(s) failed" if bad else "every check passed")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

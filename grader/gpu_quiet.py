@@ -1,0 +1,213 @@
+"""Quiet timing windows: a figure counts only if nothing but this grading used its GPU.
+
+The GPU is time-sliced between processes: a neighbour's kernels, or kernels a frozen worker
+left queued (SIGSTOP stops a process's threads, not its work on the GPU), stretch our timed
+launches and would cost an honest author points. Turns (gpu_turns.py) keep other gradings'
+tests out of a timing test's way, and workers are frozen between their calls; what is left
+is seen here, through NVML's per-process utilisation samples: before a measurement we wait
+until no process outside this grading has used the GPU lately, and after it we look at the
+samples that cover it. A measurement beside foreign work is made again; where no quiet
+window comes within the bound, the figure is not measured (`Busy`), never failed, and the
+report asks for a regrade.
+
+NVML samples are coarse (0.2-1 s on the H200), so a sample that covers the window is awaited
+after it ends: each measurement costs about that much more. Without NVML (no driver library,
+or nvidia-ml-py not installed) nothing can be checked, and the window says so instead.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, TypeVar
+
+from .sandbox import SandboxFailure
+
+T = TypeVar("T")
+
+ATTEMPTS = 4            # measurements tried beside foreign work before giving up
+WAIT_S = 10.0           # the longest wait for a quiet GPU, over all attempts of one measurement
+BUDGET_S = 20.0         # ... and over all measurements of one grading: past it, Busy at once
+RECENT_S = 0.25         # "lately": foreign samples this recent make the GPU busy (the H200
+                        # samples every 0.2 s)
+COVER_S = 1.2           # after a window, how long a sample that covers its end is awaited
+POLL_S = 0.1            # how often the samples are read during a window: NVML keeps one per
+                        # process, so a burst could be hidden by a later idle sample
+
+
+class Busy(SandboxFailure):
+    """No quiet window came: the figure was not measured, and the grading is to be regraded."""
+    outcome = "not_measured"
+
+
+@dataclass
+class Activity:
+    pid: int
+    sm: int
+    mem: int
+    seconds: float          # over how long the samples that showed it were spread
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} at {max(self.sm, self.mem)}% for {self.seconds:.1f} s"
+
+
+def _now_us() -> int:
+    return int(time.time() * 1e6)
+
+
+class QuietGpu:
+    """Measurements on one GPU, made only while no process but `ours()` uses it."""
+
+    def __init__(self, index: int, ours: Callable[[], set[int]]):
+        self.ours = ours
+        self.handle, self.problem = _nvml_handle(index)
+        self.attempts: list[str] = []      # why each retried measurement was not quiet
+        self.windows: list[int] = []       # each quiet measurement: how many attempts it took
+        self.unchecked = self.handle is None
+        self.budget_s = BUDGET_S
+
+    def foreign(self, since_us: int) -> list[Activity]:
+        """Processes outside this grading that used the GPU in samples taken after since_us."""
+        import pynvml
+        try:
+            samples = pynvml.nvmlDeviceGetProcessUtilization(self.handle, since_us)
+        except pynvml.NVMLError_NotFound:
+            return []                      # no process used the GPU since then
+        ours = self.ours()
+        seen: dict[int, list] = {}
+        for s in samples:
+            if s.timeStamp > since_us and s.pid not in ours and (s.smUtil or s.memUtil):
+                seen.setdefault(s.pid, []).append(s)
+        return [Activity(pid, max(s.smUtil for s in ss), max(s.memUtil for s in ss),
+                         (max(s.timeStamp for s in ss) - min(s.timeStamp for s in ss)) / 1e6 + RECENT_S)
+                for pid, ss in seen.items()]
+
+    def wait_quiet(self, deadline: float) -> list[Activity]:
+        """Wait until no foreign process used the GPU in the last RECENT_S; what was last seen
+        busy when the deadline passed, or [] once quiet."""
+        while True:
+            busy = self.foreign(_now_us() - int(RECENT_S * 1e6))
+            if not busy or time.monotonic() >= deadline:
+                return busy
+            time.sleep(0.05)
+
+    def covered_end(self, end_us: int) -> None:
+        """Wait for the samples that cover the window's end to be taken."""
+        import pynvml
+        until = time.monotonic() + COVER_S
+        while time.monotonic() < until:
+            try:
+                rates = pynvml.nvmlDeviceGetSamples(self.handle, pynvml.NVML_GPU_UTILIZATION_SAMPLES, end_us)
+                if rates[1]:
+                    return
+            except pynvml.NVMLError:
+                pass
+            time.sleep(0.05)
+
+    def measure(self, fn: Callable[[], T]) -> T:
+        """fn() in a quiet window: made again beside foreign work, Busy past the bound."""
+        if self.handle is None:
+            self.windows.append(1)
+            return fn()
+        return self._attempts(fn, time.monotonic() + max(0.0, min(WAIT_S, self.budget_s)))
+
+    def _attempts(self, fn: Callable[[], T], deadline: float) -> T:
+        busy: list[Activity] = []
+        for attempt in range(1, ATTEMPTS + 1):
+            waited = time.monotonic()
+            busy = self.wait_quiet(deadline)
+            self.budget_s -= time.monotonic() - waited      # only waiting counts, not measuring
+            if busy:
+                break
+            start = _now_us()
+            with _Watch(self, start) as watch:
+                result = fn()
+                end = _now_us()
+                self.covered_end(end)
+            busy = watch.seen
+            if not busy:
+                self.windows.append(attempt)
+                return result
+            self.attempts.append(", ".join(map(str, busy)))
+            if time.monotonic() >= deadline:
+                break
+        raise Busy("not measured: the GPU was busy with work outside this grading ("
+                   + (", ".join(map(str, busy)) or "seen before") + f"), through {len(self.attempts)} "
+                   f"attempt(s) and {WAIT_S:g} s of waiting; the grading is marked for a regrade, and "
+                   "no point is lost to it")
+
+
+class _Watch:
+    """Reads the samples since `start` every POLL_S from a thread of ours while a window runs,
+    and once more at its end; `seen` is every foreign process found busy in any reading."""
+
+    def __init__(self, quiet: QuietGpu, start_us: int):
+        self.quiet, self.start_us = quiet, start_us
+        self.found: dict[int, Activity] = {}
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _read(self) -> None:
+        for a in self.quiet.foreign(self.start_us):
+            self.found[a.pid] = a if a.pid not in self.found else max(self.found[a.pid], a,
+                                                                      key=lambda x: max(x.sm, x.mem))
+
+    def _poll(self) -> None:
+        while not self.done.wait(POLL_S):
+            self._read()
+
+    def __enter__(self) -> "_Watch":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join()
+        self._read()
+
+    @property
+    def seen(self) -> list[Activity]:
+        return list(self.found.values())
+
+
+class Unchecked:
+    """Where there is no GPU: measurements run as they are (nothing is scored on a timing there)."""
+    unchecked = True
+    problem = None
+
+    def __init__(self):
+        self.windows: list[int] = []
+
+    def measure(self, fn: Callable[[], T]) -> T:
+        self.windows.append(1)
+        return fn()
+
+
+def _nvml_handle(index: int):
+    """(NVML handle of cuda:index, None) or (None, why there is none)."""
+    try:
+        import pynvml
+    except ImportError:
+        return None, "nvidia-ml-py is not installed"
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return None, f"NVML did not start: {exc}"
+    import torch
+    uuid = str(getattr(torch.cuda.get_device_properties(index), "uuid", "") or "")
+    for candidate in (uuid, f"GPU-{uuid}"):
+        if not uuid:
+            break
+        try:
+            return pynvml.nvmlDeviceGetHandleByUUID(candidate), None
+        except pynvml.NVMLError:
+            continue
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None or visible.split(",")[index].strip().isdigit():
+        try:
+            nvml_index = index if visible is None else int(visible.split(",")[index])
+            return pynvml.nvmlDeviceGetHandleByIndex(nvml_index), None
+        except (pynvml.NVMLError, ValueError, IndexError) as exc:
+            return None, f"NVML does not know cuda:{index}: {exc}"
+    return None, f"NVML does not know cuda:{index} (uuid {uuid})"
