@@ -20,6 +20,7 @@ worker.torch = torch
 def _make_ops():
     """Kernels and operators made under TRITON_INTERPRET=1, where triton.jit gives interpreted
     functions; once per session, as torch.library names are global."""
+    pytest.importorskip("triton")
     import triton
     import triton.language as tl
 
