@@ -28,10 +28,12 @@ def test_the_kernel_writes_the_caches_without_pytorch(submission, submission_sou
                                                       record_property):
     """A Triton kernel is launched, and the caches come out the same with every PyTorch write of them held back"""
     batch = _batch(rng, device)
-    observed, kc, vc = _caches_after(submission, shared, batch, record_property)
+    # Each call gets inputs of its own: one that changes key or value (write's question) must
+    # not make the second call copy other rows.
+    observed, kc, vc = _caches_after(submission, shared, [t.clone() for t in batch], record_property)
     submission.hold_torch_writes = True
     try:
-        held, hkc, hvc = _caches_after(submission, shared, batch, record_property)
+        held, hkc, hvc = _caches_after(submission, shared, [t.clone() for t in batch], record_property)
     finally:
         submission.hold_torch_writes = False
     same = torch.equal(kc, hkc) and torch.equal(vc, hvc)
