@@ -55,7 +55,7 @@ def score(assignment: Assignment, results: list[TestResult], device: str) -> dic
             areas[r.area].graded = False
             areas[r.area].note = f"not measured, to be regraded: {r.hint}"
     # An area passes in full only when complete and not gated itself, so gates pass on:
-    # a write gated by policy gates performance too.
+    # a write gated by kernel_write gates performance too.
     graded = [name for name, a in areas.items() if a.graded]
     short = set(assignment.with_dependents([n for n in graded if not areas[n].complete], through=graded))
     for area in areas.values():

@@ -29,7 +29,10 @@ DESCRIPTIONS = {
         "int64_overflow": "offsets stay right when `slot*H*D` passes 2^31 (100,000 × 16 × 32 × 128 cache)",
         "validation": "non-contiguous caches and non-contiguous `[H, D]` rejected before any write",
         "policy": "the write is done by a Triton kernel launched from `reshape_and_cache` (seen in the "
-                  "run: a launch, and no PyTorch write of the caches)",
+                  "run: a launch, and no PyTorch write of the caches; custom ops, `triton_op` and "
+                  "`torch.compile` are looked through)",
+        "kernel_write": "a Triton kernel is launched, and the caches come out the same when every PyTorch "
+                        "write of them is held back",
         "performance": "bandwidth on the GPU compared with the reference kernel in the same run",
     },
     "zh": {
@@ -40,7 +43,8 @@ DESCRIPTIONS = {
         "int64_overflow": "`slot*H*D` 超过 2^31 时偏移仍然正确（100,000 × 16 × 32 × 128 的 cache）",
         "validation": "不连续的 cache、不连续的 `[H, D]` 在写入前被拒绝",
         "policy": "写入由 `reshape_and_cache` 启动的 Triton kernel 完成（看运行本身：有 kernel 启动，"
-                  "且没有 PyTorch 操作写 cache）",
+                  "且没有 PyTorch 操作写 cache；custom op、`triton_op`、`torch.compile` 会被看穿）",
+        "kernel_write": "启动了 Triton kernel，并且把所有写 cache 的 PyTorch 操作拦下不执行时，cache 的结果不变",
         "performance": "GPU 上的带宽，与同一次运行中的参考 kernel 相比",
     },
 }

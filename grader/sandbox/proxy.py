@@ -344,6 +344,7 @@ class Submission:
         self.memory_in_a_row = 0               # calls that met the memory limit since the last answer
         self.failures: list[str] = []          # instructor detail: worker deaths and log tails
         self.last_observed: dict | None = None # what the worker saw the last answered call do
+        self.hold_torch_writes = False         # calls leave their aten writes of arguments undone (worker.Observer)
         # Where the first worker's start went, in seconds (instructor detail): how long the run
         # waited for it to be up (torch imported, the GPU opened), and its import of the file.
         self.timings: dict[str, float] = {}
@@ -460,8 +461,10 @@ class Submission:
                 # stream; the worker's kernels run in another context, which does not wait for
                 # them. On a busy GPU they ran after the worker's and fed it stale inputs.
                 self._settle_ours()
-                reply, blobs = self._request(worker, name, {"op": "call", "fn": name, "args": wargs,
-                                                            "kwargs": wkwargs})
+                request = {"op": "call", "fn": name, "args": wargs, "kwargs": wkwargs}
+                if self.hold_torch_writes:
+                    request["hold_torch_writes"] = True
+                reply, blobs = self._request(worker, name, request)
             from .exchange import tensor_from_wire
             self.last_observed = _observed(reply.get("observed"))
             try:

@@ -118,15 +118,32 @@ class Observer:
     Launches are seen through Triton's launch hooks on the GPU and by wrapping the
     interpreter's grid executor under TRITON_INTERPRET=1, where the hooks never fire (the
     executor copies the arguments with torch ops, which is why writes inside a launch do
-    not count). Only `call` requests are observed: timed batches run without it."""
+    not count). Only `call` requests are observed: timed batches run without it.
+
+    PyTorch's extension points are looked through, not taken at their word. An operator of
+    another namespace than aten (torch.library.custom_op, triton_op) declares the arguments it
+    mutates, which says what it may write, not who wrote it: its body runs observed, and it
+    counts as the writer itself only where nothing inside it was seen, neither a launch nor an
+    aten write (a kernel of its own in C++). The copies Triton's autotuner makes to restore or
+    zero arguments between the configs it times (restore_value, reset_to_zero) are part of
+    launching, as the interpreter's are.
+
+    With `hold`, an aten write of an argument outside every launch is recorded and not done:
+    what the call leaves in its arguments then is what its kernels (or whatever the dispatch
+    does not see) wrote. A suite compares it with an ordinary call's, which tells a kernel that
+    does the work from one launched beside a PyTorch write without trusting how a write was
+    attributed."""
 
     MAX_WRITES = 32
+    OWN_NAMESPACES = ("aten", "prims")              # operators with no Python body to look into
 
-    def __init__(self, args: list, kwargs: dict):
+    def __init__(self, args: list, kwargs: dict, hold: bool = False):
+        self.hold = hold
         self.launches = 0
         self.depth = 0
-        self.writes: list[list] = []               # [argument (position or name), aten op]
+        self.writes: list[list] = []               # [argument (position or name), op]
         self.storages: dict[int, list] = {}        # storage address -> the arguments on it
+        self.inside: list[str] = []                # the extension operators whose bodies run now
         for where, t in [*enumerate(args), *kwargs.items()]:
             if isinstance(t, torch.Tensor):
                 self.storages.setdefault(t.untyped_storage().data_ptr(), []).append(where)
@@ -138,16 +155,83 @@ class Observer:
     def exit(self, *_):
         self.depth -= 1
 
-    def wrote(self, func, args, kwargs) -> None:
-        if self.depth or len(self.writes) >= self.MAX_WRITES:
-            return
-        for i, a in enumerate(func._schema.arguments):
+    def written(self, func, args, kwargs) -> list:
+        """The arguments of the call that this operator writes (its schema's write aliases)."""
+        schema = getattr(func, "_schema", None)        # a higher-order operator has none
+        if self.depth or schema is None:
+            return []
+        hit = []
+        for i, a in enumerate(schema.arguments):
             if a.alias_info is None or not a.alias_info.is_write:
                 continue
             t = kwargs.get(a.name) if a.kwarg_only or i >= len(args) else args[i]
             if isinstance(t, torch.Tensor):
-                for where in self.storages.get(t.untyped_storage().data_ptr(), ()):
-                    self.writes.append([where, str(func)])
+                hit += self.storages.get(t.untyped_storage().data_ptr(), ())
+        return hit
+
+    def record(self, hit: list, op: str) -> None:
+        if self.inside:
+            op = f"{op} inside {self.inside[-1]}"
+        for where in hit:
+            if len(self.writes) < self.MAX_WRITES:
+                self.writes.append([where, op])
+
+    def extension(self, func) -> bool:
+        return isinstance(func, torch._ops.OpOverload) and func.namespace not in self.OWN_NAMESPACES
+
+    def run_inside(self, func, hit: list, args, kwargs, mode):
+        """Run an extension operator's own kernel (the dispatch below the Python key) with the
+        mode back on, so that what its body does is what is judged."""
+        from torch.utils._pytree import tree_leaves
+        keys = None
+        for t in tree_leaves((args, kwargs)):
+            if isinstance(t, torch.Tensor):
+                keys = torch._C._dispatch_keys(t) if keys is None else keys | torch._C._dispatch_keys(t)
+        keys = keys & torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.Python)
+        launches, writes = self.launches, len(self.writes)
+        self.inside.append(str(func))
+        try:
+            with mode():
+                return func.redispatch(keys, *args, **kwargs)
+        finally:
+            self.inside.pop()
+            if self.launches == launches and len(self.writes) == writes:
+                self.record(hit, str(func))
+
+    @staticmethod
+    def held(func, args, kwargs) -> tuple | None:
+        """(what the operator returns) for a write left undone, or None where that cannot be made
+        up without running it: a mutating operator returns only the arguments it wrote."""
+        schema = func._schema
+        params = list(schema.arguments)
+
+        def argument(i, a):
+            return kwargs.get(a.name) if a.kwarg_only or i >= len(args) else args[i]
+        out = []
+        for r in schema.returns:
+            if r.alias_info is None or not r.alias_info.is_write:
+                return None
+            same = [argument(i, a) for i, a in enumerate(params)
+                    if a.alias_info is not None and set(a.alias_info.before_set) == set(r.alias_info.before_set)]
+            if not same:
+                return None
+            out.append(same[0])
+        value = None if not out else out[0] if len(out) == 1 else tuple(out)
+        return (value,)
+
+    @staticmethod
+    def autotuner_hook() -> bool:
+        """Whether the PyTorch operation in flight was called by Triton's autotuner itself, from
+        the pre/post hooks it makes for restore_value and reset_to_zero (not a user's hook)."""
+        autotuner = sys.modules.get("triton.runtime.autotuner")
+        if autotuner is None:
+            return False
+        skip = (os.path.dirname(torch.__file__), os.path.abspath(__file__))
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename.startswith(skip):
+            frame = frame.f_back
+        return (frame is not None and frame.f_code.co_filename == getattr(autotuner, "__file__", None)
+                and frame.f_code.co_name in ("_pre_hook", "_post_hook"))
 
     @contextlib.contextmanager
     def watching(self):
@@ -163,7 +247,14 @@ class Observer:
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
-                observer.wrote(func, args, kwargs)
+                hit = observer.written(func, args, kwargs)
+                if hit and observer.extension(func):
+                    return observer.run_inside(func, hit, args, kwargs, Writes)
+                if hit and not observer.autotuner_hook():
+                    observer.record(hit, str(func))
+                    held = observer.held(func, args, kwargs) if observer.hold else None
+                    if held is not None:
+                        return held[0]
                 return func(*args, **kwargs)
 
         with contextlib.ExitStack() as stack:
@@ -223,7 +314,7 @@ def handle(msg: dict, module, mapper: Mapper, device: str, pending: list) -> tup
         fn = getattr(module, msg["fn"])
         args = wire.decode(msg["args"], mapper.tensor)
         kwargs = dict(wire.decode(msg["kwargs"], mapper.tensor))
-        observer = Observer(args, kwargs)
+        observer = Observer(args, kwargs, hold=msg.get("hold_torch_writes") is True)
         with observer.watching() as hooked:
             value = fn(*args, **kwargs)
             _sync(device)

@@ -63,19 +63,22 @@ def test_gates_pass_on_through_gated_areas():
     l1 = Assignment.load(REPO / "assignment/l1_paged_kv_write")
     assert l1.with_dependents(["padding"]) == ("padding",)
     assert l1.with_dependents(["write"]) == ("write", "performance")
-    assert set(l1.with_dependents(["policy"])) == {"policy", "write", "padding", "strided_qkv",
-                                                   "int64_overflow", "performance"}
-    assert l1.with_dependents(["policy"], through=["policy"]) == l1.with_dependents(["policy"])[:-1]
+    assert set(l1.with_dependents(["kernel_write"])) == {"kernel_write", "write", "padding", "strided_qkv",
+                                                         "int64_overflow", "performance"}
+    assert l1.with_dependents(["kernel_write"], through=["kernel_write"]) == \
+        l1.with_dependents(["kernel_write"])[:-1]
+    # policy judges who wrote what and gates nothing: a style it misjudges loses its points only
+    assert l1.with_dependents(["policy"]) == ("policy",)
 
 
 def test_a_gated_area_gates_what_requires_it():
-    """A pure-PyTorch write passes the write tests but fails policy: write is gated, and so
-    is performance, which requires write in full."""
+    """A pure-PyTorch write passes the write tests but fails kernel_write: write is gated, and
+    so is performance, which requires write in full."""
     l1 = Assignment.load(REPO / "assignment/l1_paged_kv_write")
-    results = [TestResult("p", "policy", "", "failed", ""), TestResult("w", "write", "", "passed", ""),
+    results = [TestResult("k", "kernel_write", "", "failed", ""), TestResult("w", "write", "", "passed", ""),
                TestResult("f", "performance", "", "passed", "", measure=1.0)]
     areas = score(l1, results, "cuda")
-    assert areas["write"].gated_by == ["policy"] and areas["write"].score == 0
+    assert areas["write"].gated_by == ["kernel_write"] and areas["write"].score == 0
     assert areas["performance"].gated_by == ["write"] and areas["performance"].score == 0
 
 

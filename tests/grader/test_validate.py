@@ -58,7 +58,7 @@ def test_columns_leave_out_areas_of_another_device():
 def test_an_area_passes_only_with_all_its_points():
     got = v.area_passed(report(passed={"write", "slot_mapping"}, partial={"padding"}), CPU)
     assert got["slot_mapping"] is True and got["padding"] is False and got["validation"] is False
-    # write requires policy, which failed: its tests passed but it earned nothing
+    # write requires kernel_write, which failed: its tests passed but it earned nothing
     assert got["write"] is False
 
 
@@ -155,9 +155,12 @@ def test_right_entry_losing_any_point_outside_performance_is_a_problem():
     assert row.cells["padding"] == "EXTRA"
     assert row.problems == ["a correct solution lost points in padding: 5/10 points, 1 of 2 tests passed"]
     # a gate shows as the reason: write passed its tests but earned nothing
+    row = v.judge(right(), report(passed=ALL - {"kernel_write"}), CPU)
+    assert any("lost points in write: 0/25 points, gated by kernel_write" in p for p in row.problems)
+    assert any("lost points in kernel_write" in p for p in row.problems)
+    # policy gates nothing: a style it misjudges loses policy's points and no more
     row = v.judge(right(), report(passed=ALL - {"policy"}), CPU)
-    assert any("lost points in write: 0/25 points, gated by policy" in p for p in row.problems)
-    assert any("lost points in policy" in p for p in row.problems)
+    assert [p.split(":")[0] for p in row.problems] == ["a correct solution lost points in policy"]
 
 
 def test_right_entry_may_lose_speed_points_and_the_matrix_shows_how_many():
@@ -244,12 +247,12 @@ def test_load_corpus_reads_both_files(tmp_path):
 def test_a_wrong_entry_may_fail_more_areas_on_one_device(tmp_path):
     """A crash the interpreter meets and the GPU does not: fails_on adds areas (and what they
     gate) on that device only."""
-    corpus = write_corpus(tmp_path, '[a]\nfails = ["padding"]\nfails_on = { cpu = ["policy"] }\n', "")
+    corpus = write_corpus(tmp_path, '[a]\nfails = ["padding"]\nfails_on = { cpu = ["kernel_write"] }\n', "")
     (a,) = [e for e in corp.load_corpus(ASSIGNMENT, corpus) if e.kind == "wrong"]
     on_cpu = corp.expectations(a, CPU, device="cpu")
-    assert on_cpu["policy"] == on_cpu["write"] == on_cpu["padding"] == "fail"     # write requires policy
+    assert on_cpu["kernel_write"] == on_cpu["write"] == on_cpu["padding"] == "fail"  # write requires kernel_write
     on_gpu = corp.expectations(a, v.columns(ASSIGNMENT, "cuda"), device="cuda")
-    assert on_gpu["policy"] == on_gpu["write"] == "pass" and on_gpu["padding"] == "fail"
+    assert on_gpu["kernel_write"] == on_gpu["write"] == "pass" and on_gpu["padding"] == "fail"
 
 
 @pytest.mark.parametrize("wrong,adversarial,why", [

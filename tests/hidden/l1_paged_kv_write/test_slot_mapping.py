@@ -173,6 +173,14 @@ SPEED_T, SPEED_S, SPEED_W, SPEED_BS = 2_000_000, 512, 256, 16
 SPEED_FACTOR = 3           # how much slower than the reference's own gather a vectorised form may be
 SPEED_SLACK_S = 0.1        # scheduling noise on a shared machine, never enough for a loop
 REPEATS = 3
+# What a slow form is, told by timing it once more on a table NARROW_W blocks wide instead of
+# SPEED_W, same tokens: a loop's time goes per token and stays, a T x blocks intermediate
+# (block_table[seq_idx] gathers every token's whole row, 2.84 s against 0.06 s for one gather on
+# the H200) shrinks with the width. Not tried past DIAGNOSE_MAX_S: a loop of tensor lookups would
+# cost the call timeout again.
+NARROW_W = 8
+WIDTH_BOUND = 0.5          # the narrow call under this share of the wide one: the cost is the width
+DIAGNOSE_MAX_S = 30.0       # half the call timeout
 
 
 def _speed_inputs(side, table, si_cpu, pos_cpu, device):
@@ -261,11 +269,31 @@ def test_two_million_tokens_as_fast_as_one_gather(submission, shared, rng, devic
     if err is not None:
         record_property("detail", f"raised {raised_type(err)}: {raised_message(err, 1000)}")
         fail(error_hint("slot_mapping", err))
-    assert took <= limit, (
-        f"slot_mapping took {took:.2f} s for two million tokens, over {SPEED_FACTOR}x the "
-        f"{t_ref:.2f} s of one vectorised gather on the same input: a Python loop of any kind "
-        "(for, a list comprehension over .tolist(), map) handles one token at a time. Gather the "
-        "whole batch at once with block_table[seq_idx, positions // block_size].")
+    if took > limit:
+        fail(f"slot_mapping took {took:.2f} s for two million tokens, over {SPEED_FACTOR}x the "
+             f"{t_ref:.2f} s of one vectorised gather on the same input: "
+             + _why_slow(submission, table, si_cpu, pos_cpu, device, took, record_property)
+             + " Gather the whole batch at once with block_table[seq_idx, positions // block_size].")
     assert isinstance(result, torch.Tensor) and torch.equal(result.cpu().long(), expected_slots(b)), (
         "wrong slots on a large batch: slot = block_table[seq, pos // block_size] * block_size "
         "+ pos % block_size, per token.")
+
+
+def _why_slow(submission, table, si_cpu, pos_cpu, device, took, record_property) -> str:
+    """The cause of a slow slot_mapping as far as its time on a narrower table tells it."""
+    if took > DIAGNOSE_MAX_S:
+        return ("this is the time of one Python step per token, a loop of some kind (for, a list "
+                "comprehension over .tolist(), map); a guess from the time alone.")
+    narrow = table[:, :NARROW_W].contiguous()
+    inputs = _speed_inputs(submission, narrow, si_cpu, pos_cpu % (NARROW_W * SPEED_BS), device)
+    t_narrow, _, err = _timed(submission, inputs)
+    record_property("detail", f"took {took:.3f}s on a table {SPEED_W} blocks wide, {t_narrow:.3f}s on "
+                              f"{NARROW_W} blocks")
+    if err is None and t_narrow < WIDTH_BOUND * took:
+        return (f"on a table {SPEED_W // NARROW_W} times narrower it took {t_narrow:.2f} s, so the time "
+                "grows with the block table's width: the code builds a T x blocks intermediate "
+                f"({SPEED_T:,} x {SPEED_W} entries here; block_table[seq_idx] is every token's whole "
+                "row of the table) before it picks one entry per token.")
+    return (f"on a table {SPEED_W // NARROW_W} times narrower it took about as long ({t_narrow:.2f} s), "
+            "so the time goes per token, not per table entry: most likely a Python loop of some kind "
+            "(for, a list comprehension over .tolist(), map); a guess from the timing.")

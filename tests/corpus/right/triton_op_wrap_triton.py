@@ -1,0 +1,42 @@
+"""Right: the wrapper is a torch.library.triton_op (mutates_args k_cache, v_cache) that launches
+the kernel through torch.library.wrap_triton, as PyTorch recommends for Triton kernels.
+"""
+import torch
+import triton
+import triton.language as tl
+from torch.library import triton_op, wrap_triton
+
+
+def slot_mapping(block_table, seq_idx, positions, block_size):
+    page = block_table[seq_idx, positions // block_size].long()
+    return page * block_size + positions % block_size
+
+
+@triton.jit
+def reshape_and_cache_kernel(key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
+                             key_stride, value_stride, HD, BLOCK: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64)
+    slot = tl.load(slot_ptr + t).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < tl.where(slot >= 0, HD, 0)
+    tl.store(k_cache_ptr + slot * HD + offs, tl.load(key_ptr + t * key_stride + offs, mask=mask), mask=mask)
+    tl.store(v_cache_ptr + slot * HD + offs, tl.load(value_ptr + t * value_stride + offs, mask=mask), mask=mask)
+
+
+@triton_op("course::reshape_and_cache", mutates_args={"k_cache", "v_cache"})
+def _reshape_and_cache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
+                       v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    T, H, D = key.shape
+    if T == 0:
+        return
+    wrap_triton(reshape_and_cache_kernel)[(T,)](key, value, k_cache, v_cache, slot_mapping,
+                                                key.stride(0), value.stride(0), H * D,
+                                                BLOCK=triton.next_power_of_2(H * D))
+
+
+def reshape_and_cache(key, value, k_cache, v_cache, slot_mapping):
+    T, H, D = key.shape
+    assert k_cache.is_contiguous() and v_cache.is_contiguous(), "caches must be contiguous"
+    assert key.stride(-1) == 1 and key.stride(-2) == D, "key's [H, D] must be contiguous"
+    assert value.stride(-1) == 1 and value.stride(-2) == D, "value's [H, D] must be contiguous"
+    torch.ops.course.reshape_and_cache(key, value, k_cache, v_cache, slot_mapping)
