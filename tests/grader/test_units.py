@@ -90,13 +90,14 @@ def test_a_passed_uid_probe_is_remembered_and_a_failed_one_is_not(tmp_path, monk
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     calls = []
     outcome = [(False, "no torch for this uid")]
-    monkeypatch.setattr(confine, "_probe", lambda uid, python, device: calls.append(uid) or outcome[0])
-    assert confine._uid_can_run(61001, sys.executable, "cpu") == (False, "no torch for this uid")
+    monkeypatch.setattr(confine, "_probe", lambda uid, python, device, conf: calls.append(uid) or outcome[0])
+    conf = confine.Confinement(device="cpu")
+    assert confine._uid_can_run(61001, sys.executable, "cpu", conf) == (False, "no torch for this uid")
     outcome[0] = (True, "")
-    assert confine._uid_can_run(61002, sys.executable, "cpu") == (True, "")
-    assert confine._uid_can_run(61003, sys.executable, "cpu") == (True, "")
+    assert confine._uid_can_run(61002, sys.executable, "cpu", conf) == (True, "")
+    assert confine._uid_can_run(61003, sys.executable, "cpu", conf) == (True, "")
     assert calls == [61001, 61002]
-    assert confine._uid_can_run(61004, sys.executable, "cuda") == (True, "")   # another device: asked anew
+    assert confine._uid_can_run(61004, sys.executable, "cuda", conf) == (True, "")   # another device: asked anew
     assert calls == [61001, 61002, 61004]
 
 

@@ -21,7 +21,8 @@ from grader.scoring import TestResult, score            # noqa: E402
 
 ASSIGNMENT = Assignment.load(REPO / "assignment" / "l1_paged_kv_write")
 CPU = v.columns(ASSIGNMENT, "cpu")
-QUICK = ["sys_exit_at_import", "patch_pytest_reports", "tensor_subclass", "pickle_payload"]
+QUICK = ["sys_exit_at_import", "patch_pytest_reports", "tensor_subclass", "pickle_payload", "constant_stub",
+         "do_nothing_kernel"]
 
 
 def report(passed=(), partial=(), drop=True, uid=61234, device="cpu"):
