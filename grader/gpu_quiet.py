@@ -136,9 +136,10 @@ class QuietGpu:
             self.attempts.append(", ".join(map(str, busy)))
             if time.monotonic() >= deadline:
                 break
+        tried = f"{len(self.attempts)} measurement(s) made beside it and " if self.attempts else ""
         raise Busy("not measured: the GPU was busy with work outside this grading ("
-                   + (", ".join(map(str, busy)) or "seen before") + f"), through {len(self.attempts)} "
-                   f"attempt(s) and {WAIT_S:g} s of waiting; the grading is marked for a regrade, and "
+                   + (", ".join(map(str, busy)) or "seen before") + f"), through {tried}up to "
+                   f"{WAIT_S:g} s of waiting for it to end; the grading is marked for a regrade, and "
                    "no point is lost to it")
 
 
