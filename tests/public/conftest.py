@@ -73,6 +73,16 @@ def _autotune_without_benchmarks() -> None:
         Autotuner._bench = lambda self, *args, config, **meta: [0.0, 0.0, 0.0]
 
 
+def _compile_runs_eagerly() -> None:
+    """Under the interpreter a kernel is Python over numpy, and Dynamo, asked to trace a
+    @torch.compile'd wrapper around its launch, traces into the interpreter and fails there
+    ("KeyError(torch.uint64)"). Compiling means nothing on the CPU: the wrapper runs as
+    written, as it does in the grader's CPU worker; on a GPU it is compiled."""
+    compiler = getattr(torch, "compiler", None)
+    if compiler is not None and hasattr(compiler, "set_stance"):
+        compiler.set_stance("force_eager")
+
+
 def _load(path: Path):
     """The submission as a module, or pytest.exit with one line saying why not."""
     if torch is None:
@@ -86,6 +96,7 @@ def _load(path: Path):
     sys.modules[name] = module
     if not HAS_CUDA:
         _autotune_without_benchmarks()
+        _compile_runs_eagerly()
     try:
         spec.loader.exec_module(module)
     except SyntaxError as exc:
