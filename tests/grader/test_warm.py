@@ -126,7 +126,8 @@ def test_a_grading_that_goes_away_takes_the_host_down_with_its_workers(tmp_path)
         deadline = time.monotonic() + 60
         while not descendants(first_host) and time.monotonic() < deadline:
             time.sleep(0.1)          # the session's submission worker is up
-        assert descendants(first_host)
+        assert descendants(first_host), (f"no worker in the host after 60 s (host exit {host.proc.poll()}, "
+                                         f"grading exit {proc.poll()}):\n{host.log_tail()}")
         time.sleep(2)
         os.killpg(proc.pid, signal.SIGTERM)      # as grade-all stops a grading past its time
         proc.wait(timeout=60)
