@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .sandbox.processes import stat_fields
+
 OWNER_FILE = "owner.json"
 PARENT_ENV = "GRADER_PARENT"          # "pid:start" of the process that started a grading
 HOST_PREFIX = "grader-host-"
@@ -33,10 +35,7 @@ PR_SET_PDEATHSIG = 1
 def start_time(pid: int) -> int | None:
     """The kernel's start time of pid (clock ticks since boot), or None when there is no such
     live process (a zombie has ended)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
+    fields = stat_fields(pid)
     if not fields or fields[0] in ("Z", "X"):
         return None
     try:

@@ -37,8 +37,9 @@ def children_of(pid: int) -> list[int]:
     return [p for p, (ppid, _) in proc_table().items() if ppid == pid]
 
 
-def descendants(root: int) -> list[int]:
-    table = proc_table()
+def descendants(root: int, table: dict[int, tuple[int, int]] | None = None) -> list[int]:
+    """`table`: a proc_table() already read, for a caller that needs it for more than this."""
+    table = proc_table() if table is None else table
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in table.items():
         children.setdefault(ppid, []).append(pid)
@@ -101,13 +102,20 @@ def describe(pid: int) -> str:
     return f"pid {pid} ({cmd[:120]})"
 
 
-def alive(pid: int) -> bool:
-    """In /proc and not a zombie."""
+def stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the command name (state first), or [] for no such process.
+    The name may hold spaces and parentheses, hence the split at the last ")"."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            return f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        return False
+        return []
+
+
+def alive(pid: int) -> bool:
+    """In /proc and not a zombie."""
+    fields = stat_fields(pid)
+    return bool(fields) and fields[0] != "Z"
 
 
 def processes_of(uid: int) -> set[int]:
@@ -136,8 +144,5 @@ def signal_all(pids, signum: int) -> None:
 
 def stopped(pid: int) -> bool:
     """Stopped by a signal (or gone): its threads launch nothing more."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t", "Z", "X")
-    except (OSError, IndexError):
-        return True
+    fields = stat_fields(pid)
+    return not fields or fields[0] in ("T", "t", "Z", "X")

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from . import logs, wire
 from .confine import Confinement
-from .processes import children_of, kill_tree, private_rss, proc_table, signal_all, stopped
+from .processes import children_of, descendants, kill_tree, private_rss, proc_table, signal_all, stopped
 
 # torch is imported where a tensor is first handled, not here: the worker is spawned before
 # that, so its own imports overlap the test process's (seconds each).
@@ -59,12 +59,12 @@ AFTER_A_TIMEOUT = 0.25
 # Other deaths (a segfault) depend on the inputs: a kernel with a wrong offset crashes on
 # some tests and passes others, so they cost only the test in flight.
 MEMORY_TO_GIVE_UP = 3
+# How long a worker that answered is given to unmap what it was handed and say so, before it
+# is frozen anyway.
+IDLE_WAIT_S = 2.0
 # How long time_calls looks for a timed batch's outputs after the worker has answered: a worker
 # that answers early by a factor past this has its window closed with the outputs not there, and
 # the caller's check fails it.
-# How long a worker that answered is given to unmap what it was handed and say so, before it
-# is frozen anyway: on the H200 the unmapping took milliseconds.
-IDLE_WAIT_S = 2.0
 SETTLE_FACTOR = 20
 SETTLE_MIN_S = 0.05
 
@@ -162,15 +162,10 @@ class Worker:
         """The worker and everything it started: its uid's processes where that uid is its own,
         and orphans of ours that daemonised out of it (as subreaper we inherit them)."""
         table = proc_table()          # one scan of /proc: this runs twice per call
-        children: dict[int, list[int]] = {}
-        for pid, (ppid, _) in table.items():
-            children.setdefault(ppid, []).append(pid)
-        roots = [self.proc.pid, *(p for p in children.get(os.getpid(), []) if p not in LIVE)]
-        pids, stack = set(roots), list(roots)
-        while stack:
-            for child in children.get(stack.pop(), []):
-                pids.add(child)
-                stack.append(child)
+        orphans = [p for p, (ppid, _) in table.items() if ppid == os.getpid() and p not in LIVE]
+        pids = set()
+        for root in (self.proc.pid, *orphans):
+            pids |= {root, *descendants(root, table)}
         if self.conf.uid is not None:
             pids |= {p for p, (_, uid) in table.items() if uid == self.conf.uid}
         pids.discard(os.getpid())
