@@ -46,7 +46,7 @@ class Activity:
     pid: int
     sm: int
     mem: int
-    seconds: float          # over how long the samples that showed it were spread
+    seconds: float = 0.0    # how long it was seen busy, readings apart (at least one look-back)
 
     def __str__(self) -> str:
         return f"pid {self.pid} at {max(self.sm, self.mem)}% for {self.seconds:.1f} s"
@@ -62,7 +62,6 @@ class QuietGpu:
     def __init__(self, index: int, ours: Callable[[], set[int]]):
         self.ours = ours
         self.handle, self.problem = _nvml_handle(index)
-        self.attempts: list[str] = []      # why each retried measurement was not quiet
         self.windows: list[int] = []       # each quiet measurement: how many attempts it took
         self.unchecked = self.handle is None
         self.budget_s = BUDGET_S
@@ -79,16 +78,18 @@ class QuietGpu:
         for s in samples:
             if s.timeStamp > since_us and s.pid not in ours and (s.smUtil or s.memUtil):
                 seen.setdefault(s.pid, []).append(s)
-        return [Activity(pid, max(s.smUtil for s in ss), max(s.memUtil for s in ss),
-                         (max(s.timeStamp for s in ss) - min(s.timeStamp for s in ss)) / 1e6 + RECENT_S)
-                for pid, ss in seen.items()]
+        return [Activity(pid, max(s.smUtil for s in ss), max(s.memUtil for s in ss)) for pid, ss in seen.items()]
 
     def wait_quiet(self, deadline: float, ours: set[int]) -> list[Activity]:
         """Wait until no foreign process used the GPU in the last RECENT_S; what was last seen
         busy when the deadline passed, or [] once quiet."""
+        first: dict[int, float] = {}
         while True:
             busy = self.foreign(_now_us() - int(RECENT_S * 1e6), ours)
-            if not busy or time.monotonic() >= deadline:
+            now = time.monotonic()
+            for a in busy:
+                a.seconds = now - first.setdefault(a.pid, now) + RECENT_S
+            if not busy or now >= deadline:
                 return busy
             time.sleep(0.05)
 
@@ -114,6 +115,8 @@ class QuietGpu:
 
     def _attempts(self, fn: Callable[[], T], deadline: float) -> T:
         busy: list[Activity] = []
+        beside = 0                         # measurements made again for foreign work in them
+        began = time.monotonic()
         # Once per measurement: a scan of /proc from the watching thread would hold the GIL
         # while the window runs, and slow the very timing it guards.
         ours = self.ours()
@@ -133,13 +136,13 @@ class QuietGpu:
             if not busy:
                 self.windows.append(attempt)
                 return result
-            self.attempts.append(", ".join(map(str, busy)))
+            beside += 1
             if time.monotonic() >= deadline:
                 break
-        tried = f"{len(self.attempts)} measurement(s) made beside it and " if self.attempts else ""
+        tried = f"{beside} measurement(s) made beside it and " if beside else ""
         raise Busy("not measured: the GPU was busy with work outside this grading ("
-                   + (", ".join(map(str, busy)) or "seen before") + f"), through {tried}up to "
-                   f"{WAIT_S:g} s of waiting for it to end; the grading is marked for a regrade, and "
+                   + (", ".join(map(str, busy)) or "seen before") + f"), through {tried}"
+                   f"{time.monotonic() - began:.1f} s of waiting for it to end; the grading is marked for a regrade, and "
                    "no point is lost to it")
 
 
@@ -150,13 +153,18 @@ class _Watch:
     def __init__(self, quiet: QuietGpu, start_us: int, ours: set[int]):
         self.quiet, self.start_us, self.ours = quiet, start_us, ours
         self.found: dict[int, Activity] = {}
+        self.first: dict[int, float] = {}      # when each was first seen busy
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._poll, daemon=True)
 
     def _read(self) -> None:
+        now = time.monotonic()
         for a in self.quiet.foreign(self.start_us, self.ours):
-            self.found[a.pid] = a if a.pid not in self.found else max(self.found[a.pid], a,
-                                                                      key=lambda x: max(x.sm, x.mem))
+            a.seconds = now - self.first.setdefault(a.pid, now) + POLL_S
+            known = self.found.get(a.pid)
+            if known is not None:
+                a.sm, a.mem = max(a.sm, known.sm), max(a.mem, known.mem)
+            self.found[a.pid] = a
 
     def _poll(self) -> None:
         while not self.done.wait(POLL_S):
