@@ -132,8 +132,31 @@ def noisy_class(copies: int, jobs: int, work: Path, k: int, noisy: bool = True) 
         print(f"  class {k} {student}: {'ok ' if ok else ('-- ' if student == 'noisy' else 'BAD')} {line}",
               flush=True)
     print(f"  class {k}: {len(students)} gradings in {wall:.0f} s ({60 * len(students) / wall:.1f} a minute)")
-    out.append({"class": k, "wall_s": round(wall, 1), "gradings": len(students), "ok": True})
+    went = time_went([results.read_or_none(Course(course, assignment).report_path(s)) or {} for s in students])
+    print("  where a grading's time went (mean s): " + json.dumps(went), flush=True)
+    out.append({"class": k, "wall_s": round(wall, 1), "gradings": len(students), "ok": True, "time_went": went})
     return out
+
+
+def time_went(reports: list[dict]) -> dict:
+    """Mean seconds per grading: in its tests, waiting for the GPU's turn and for a quiet GPU
+    (pytest_plugin's figures), and the three slowest tests."""
+    totals: dict[str, float] = {"tests_s": 0.0, "gpu_turn_wait_s": 0.0, "gpu_quiet_wait_s": 0.0}
+    per_test: dict[str, float] = {}
+    for report in reports:
+        for test in report.get("tests", []):
+            detail = results.test_detail(test)
+            duration = float(detail.get("duration_s") or 0.0)
+            figures = detail.get("figures") or {}
+            totals["tests_s"] += duration
+            for key in ("gpu_turn_wait_s", "gpu_quiet_wait_s"):
+                totals[key] += float(figures.get(key) or 0.0)
+            name = str(test.get("name", "?"))[:60]
+            per_test[name] = per_test.get(name, 0.0) + duration
+    n = max(1, len(reports))
+    went = {k: round(v / n, 2) for k, v in totals.items()}
+    went["slowest"] = {k: round(v / n, 2) for k, v in sorted(per_test.items(), key=lambda kv: -kv[1])[:3]}
+    return went
 
 
 def main() -> int:

@@ -6,6 +6,8 @@ A run's warm hosts (grader/warm.py) each keep a folder in the temporary director
 (`grader-host-work-S`, in the temporary directory and in /dev/shm), S being one suffix for
 all three. The host folder holds OWNER_FILE: the identity (pid and start time) of the run
 that made it and of the host process. Gradings carry their starter's identity in PARENT_ENV.
+A grading's own work roots (`grader-work-*`, grader/run.py) hold the marker of the grading
+process that made them.
 
 A pid alone does not say a process is gone: it may have been reused. An identity is the
 pid and the kernel's start time of the process (/proc/PID/stat, field 22), and a process
@@ -28,6 +30,7 @@ OWNER_FILE = "owner.json"
 PARENT_ENV = "GRADER_PARENT"          # "pid:start" of the process that started a grading
 HOST_PREFIX = "grader-host-"
 WORK_PREFIX = "grader-host-work-"
+GRADING_PREFIX = "grader-work-"       # one grading's work roots (grader/run.py), marked like a host's folder
 UNCLAIMED_GRACE_S = 60                # a folder without a marker may be one being made
 PR_SET_PDEATHSIG = 1
 
@@ -220,7 +223,29 @@ def sweep_gradings(course_root: Path) -> list[str]:
     return ended
 
 
+def sweep_grading_folders(shm: str | None = None) -> list[str]:
+    """Remove the work roots of gradings that were killed outright (their `finally` never ran):
+    their workers' scratch, in the temporary directory, and their shared tensors, in /dev/shm,
+    which may be gigabytes. Only folders whose marker names a process that is gone."""
+    if shm is None:
+        from .sandbox.proxy import shared_tensor_root
+        shm = shared_tensor_root()
+    removed = []
+    for parent in dict.fromkeys([Path(tempfile.gettempdir())] + ([Path(shm)] if shm else [])):
+        try:
+            folders = sorted(p for p in parent.iterdir() if p.name.startswith(GRADING_PREFIX) and p.is_dir())
+        except OSError:
+            continue
+        for folder in folders:
+            marker = _owner(folder)
+            if marker is None or is_alive(marker.get("owner")):
+                continue
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(str(folder))
+    return removed
+
+
 def sweep(course_root: Path) -> list[str]:
     """What the runs that died left: orphaned gradings of this course first (they hold hosts'
-    sessions), then dead hosts' folders and processes anywhere on this machine."""
-    return sweep_gradings(course_root) + sweep_hosts()
+    sessions), then dead hosts' and gradings' folders and processes anywhere on this machine."""
+    return sweep_gradings(course_root) + sweep_hosts() + sweep_grading_folders()

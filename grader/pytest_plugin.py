@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -349,6 +350,8 @@ def reference(request):
 _MEASURE = pytest.StashKey[float]()
 _NOT_ALONE = pytest.StashKey[bool]()
 _TURN = pytest.StashKey["gpu_turns.Turn"]()
+_WAITS = pytest.StashKey[dict]()
+_QUIET_FROM = pytest.StashKey[tuple]()
 
 
 @pytest.fixture(scope="session")
@@ -370,6 +373,7 @@ def measure(request, quiet_gpu):
     """measure(x) records the figure an area with a curve is scored on. On a GPU the figure
     must come from quiet_gpu.measure in this test, so a timing beside foreign work never scores."""
     windows = len(quiet_gpu.windows)
+    request.node.stash[_QUIET_FROM] = (quiet_gpu, windows, quiet_gpu.waited_s)
 
     def record(value: float) -> None:
         if len(quiet_gpu.windows) == windows and not quiet_gpu.unchecked:
@@ -403,7 +407,11 @@ def gpu_turn(request, device):
         return
     from . import gpu_turns
     timing = "measure" in request.fixturenames
+    asked = time.monotonic()
     with gpu_turns.turn(gpu_turns.gpu_key(), exclusive=timing, hold_s=gpu_turns.HOLD_S if timing else None) as held:
+        # Where a shared GPU's time goes (instructor detail): waiting for the turn, and below
+        # for a quiet GPU (measure), so a slow class can be told from a slow grader.
+        request.node.stash[_WAITS] = {"gpu_turn_wait_s": round(time.monotonic() - asked, 3)}
         if not held.alone:
             request.node.stash[_NOT_ALONE] = True
         request.node.stash[_TURN] = held
@@ -468,6 +476,12 @@ def pytest_json_runtest_metadata(item, call):
     figures = dict(item.user_properties).get("figures") if call.when == "call" else None
     if isinstance(figures, dict):
         record["figures"] = dict(figures)      # numbers only: run.py keeps nothing else
+    if call.when == "call" and _QUIET_FROM in item.stash:
+        quiet, windows, waited = item.stash[_QUIET_FROM]
+        item.stash.setdefault(_WAITS, {}).update(
+            gpu_quiet_wait_s=round(quiet.waited_s - waited, 3), gpu_quiet_attempts=float(sum(quiet.windows[windows:])))
+    if call.when == "call" and item.stash.get(_WAITS, None):
+        record.setdefault("figures", {}).update(item.stash[_WAITS])
     if call.when == "call" and item.stash.get(_NOT_ALONE, False):
         # timed beside a neighbour's test that would not end (see gpu_turns)
         record.setdefault("figures", {})["gpu_had_alone"] = 0.0

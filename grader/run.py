@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import records, submission_file
+from . import leftovers, records, submission_file
 from . import report as reports
 from . import warm
 from .assignment import REPO, Assignment
@@ -149,12 +149,18 @@ def _session(cmd: list[str], quiet: bool, host: str | None) -> tuple[int, str, d
     process. (exit code, output tail, how it ran)."""
     if host:
         tail: list[str] = []
+        how: dict = {}
         try:
-            got = warm.run_session(host, cmd[3:], quiet, SUITE_TIMEOUT_S, tail)
+            got = warm.run_session(host, cmd[3:], quiet, SUITE_TIMEOUT_S, tail, how)
         except Interrupted as exc:
-            return -2, "".join(tail) + f"interrupted by {exc}\n", {"warm": True}
+            got = -2, how
+            tail.append(f"interrupted by {exc}\n")
         if got is not None:
-            return got[0], "".join(tail), got[1]
+            cut = got[0] in (-2, -9)         # interrupted here, or timed out / the host ended
+            if cut and not warm.wait_session_ended(how):
+                how["host_outlived_cut"] = True       # its folders are removed all the same
+            how.pop("host_identity", None)
+            return got[0], "".join(tail), {"warm": True, **how}
     code, tail_text = _pytest(cmd, quiet)
     return code, tail_text, {"warm": False}
 
@@ -204,11 +210,13 @@ def _work_roots() -> dict[str, Path]:
     """Folders the workers' scratch and shared tensors go in, removed by this process after
     pytest ends, so nothing of theirs outlives the grading even if the test process is killed.
     Mode 0711: each worker reaches only the folder it is handed inside."""
-    roots = {"scratch_root": Path(tempfile.mkdtemp(prefix="grader-work-"))}
+    roots = {"scratch_root": Path(tempfile.mkdtemp(prefix=leftovers.GRADING_PREFIX))}
     shm = shared_tensor_root()
-    roots["exchange_root"] = Path(tempfile.mkdtemp(prefix="grader-work-", dir=shm)) if shm else roots["scratch_root"]
+    roots["exchange_root"] = (Path(tempfile.mkdtemp(prefix=leftovers.GRADING_PREFIX, dir=shm)) if shm
+                              else roots["scratch_root"])
     for folder in roots.values():
         folder.chmod(0o711)
+        leftovers.write_owner(folder, host=None)    # a grading killed outright: the next run removes them
     return roots
 
 

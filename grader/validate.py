@@ -549,6 +549,12 @@ def _validate(args, mutants: Path) -> int:
         print("grader validate: --jobs must be at least 1", file=sys.stderr)
         return 2
     drop = not args.no_privilege_drop
+    if not args.reports_dir:
+        # What runs killed outright left (their processes, their workers' folders) is not this
+        # matrix's: removed before the first grading, so it is not charged to an entry.
+        from . import leftovers
+        for what in leftovers.sweep_hosts() + leftovers.sweep_grading_folders():
+            print(f"removed what a run killed earlier left: {what}")
     load = None
     if getattr(args, "under_load", False):
         if device != "cuda":

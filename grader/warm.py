@@ -30,6 +30,7 @@ from pathlib import Path
 
 HOST_ENV = "GRADER_WARM_HOST"
 START_S = 60            # a host binds its socket before importing anything heavy; this long at most
+ENDED_S = 15            # a cut session's host kills its workers and exits within this (a host has no more to do)
 
 
 class WarmHost:
@@ -115,10 +116,11 @@ def _signal_group(proc: subprocess.Popen, signum: int) -> None:
 
 
 def run_session(address: str, argv: list[str], quiet: bool, timeout_s: float,
-                tail: list[str]) -> tuple[int, dict] | None:
+                tail: list[str], host: dict | None = None) -> tuple[int, dict] | None:
     """Run one pytest session in the host at `address`: (exit code, what the host says of
     itself), or None when it did not take the session (the caller runs it cold). The output's
-    last lines go into `tail`, which holds them even when an exception (a signal) ends the wait."""
+    last lines go into `tail`, and what the host says of itself into `host`, which hold them
+    even when an exception (a signal) ends the wait."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(address)
@@ -130,7 +132,11 @@ def run_session(address: str, argv: list[str], quiet: bool, timeout_s: float,
     if "accepted" not in first:
         sock.close()
         return None
-    host = {"warm": True, "session": first["accepted"], "host_pid": first.get("pid")}
+    host = {} if host is None else host
+    host.update(warm=True, session=first["accepted"], host_pid=first.get("pid"))
+    if isinstance(first.get("pid"), int):
+        from .leftovers import identity
+        host["host_identity"] = identity(first["pid"])
     code = None
     # A silent hang never yields a line, so the limit is a timer; shutting the socket down
     # ends the read here and the session in the host.
@@ -158,6 +164,19 @@ def run_session(address: str, argv: list[str], quiet: bool, timeout_s: float,
         watchdog.cancel()
         sock.close()
     return code, host
+
+
+def wait_session_ended(host: dict, timeout_s: float = ENDED_S) -> bool:
+    """After a session cut short (a timeout, a signal, the host's end): wait until the host
+    that ran it is gone. Cut, the host kills the session's workers and exits (warm_host._watch);
+    until then a worker may still write in the grading's folders, and removing them at once
+    raced it: the folder of a worker still writing survived its removal."""
+    from .leftovers import is_alive
+    ident = host.get("host_identity")
+    deadline = time.monotonic() + timeout_s
+    while ident and is_alive(ident) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not (ident and is_alive(ident))
 
 
 def _shut(sock: socket.socket) -> None:

@@ -415,6 +415,36 @@ def test_a_run_killed_outright_leaves_nothing_a_rerun_does_not_remove(tmp_path, 
     assert _names(tmp) == before_tmp
 
 
+def test_the_sweep_removes_the_work_roots_of_a_grading_killed_outright(tmp_path, monkeypatch):
+    """A grading's work roots (its workers' scratch, its shared tensors) carry the grading's
+    identity: once that process is gone they are removed; a live grading's stay, and so does a
+    folder of that name with no marker, which the grader did not make."""
+    import json
+    import tempfile
+
+    from grader import leftovers
+    from grader.run import _work_roots
+    tmp, shm = tmp_path / "tmp", tmp_path / "shm"
+    tmp.mkdir()
+    shm.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setattr("grader.run.shared_tensor_root", lambda: str(shm))
+    live = _work_roots()
+    dead = _work_roots()
+    gone = subprocess.Popen(["sleep", "0"])
+    gone_identity = leftovers.identity(gone.pid)
+    gone.wait()
+    for folder in dead.values():
+        (folder / leftovers.OWNER_FILE).write_text(json.dumps({"owner": gone_identity, "host": None}))
+        (folder / "grader-sandbox-x").mkdir()
+    unmarked = tmp / f"{leftovers.GRADING_PREFIX}someone-elses"
+    unmarked.mkdir()
+    removed = leftovers.sweep_grading_folders(str(shm))
+    assert sorted(removed) == sorted(str(f) for f in dead.values())
+    assert all(f.is_dir() for f in live.values()) and unmarked.is_dir()
+    assert live["scratch_root"].parent == tmp and live["exchange_root"].parent == shm
+
+
 def test_the_sweep_removes_a_dead_runs_host_folders_and_keeps_a_live_ones(tmp_path, monkeypatch):
     """Dead: the owner is gone, or its pid now names a process with another start time."""
     import json

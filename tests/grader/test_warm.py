@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -118,10 +119,12 @@ def test_a_host_keeps_only_its_reference_between_gradings(tmp_path):
 def test_a_grading_that_goes_away_takes_the_host_down_with_its_workers(tmp_path):
     """A grading killed mid-session (its batch timed it out) must not leave its session
     running in the host for the next grading to meet: the host ends, workers and all, and
-    the next grading gets a fresh one."""
+    the next grading gets a fresh one. Nothing of the grading is left in the temporary
+    folders either, although its worker writes files there until it is killed."""
     host = WarmHost(TOY.folder, "cpu", {})
+    before = _grading_folders()
     try:
-        proc = _grade(TOY, SUBMISSIONS / "hangs_on_thirteen.py", tmp_path / "h.json", "cpu", host, wait=False)
+        proc = _grade(TOY, SUBMISSIONS / "writes_while_hanging.py", tmp_path / "h.json", "cpu", host, wait=False)
         first_host = host.proc.pid
         deadline = time.monotonic() + 60
         while not descendants(first_host) and time.monotonic() < deadline:
@@ -133,11 +136,25 @@ def test_a_grading_that_goes_away_takes_the_host_down_with_its_workers(tmp_path)
         proc.wait(timeout=60)
         host.proc.wait(timeout=30)
         assert host.proc.returncode != 0, host.log_tail()
+        assert _grading_folders() <= before, f"left behind: {sorted(_grading_folders() - before)}"
         report = _grade(TOY, SUBMISSIONS / "good.py", tmp_path / "g.json", "cpu", host)
         assert host.proc.pid != first_host and _how(report)["session"] == 1, _how(report)
         assert report["score"] == report["max_score"], [t["output"] for t in report["tests"] if t["output"]]
     finally:
         host.close()
+
+
+def _grading_folders() -> set[str]:
+    """Every grading's work roots (grader/run.py) now on this machine, with what is inside."""
+    from grader.leftovers import GRADING_PREFIX
+    from grader.sandbox.proxy import shared_tensor_root
+    found = set()
+    for parent in {tempfile.gettempdir(), shared_tensor_root() or tempfile.gettempdir()}:
+        for root, dirs, files in os.walk(parent):
+            if root == parent:
+                dirs[:] = [d for d in dirs if d.startswith(GRADING_PREFIX)]
+            found |= {os.path.join(root, n) for n in dirs + files}
+    return found
 
 
 def test_a_host_takes_only_sessions_of_its_assignment_and_device(tmp_path):
