@@ -265,8 +265,8 @@ def read_submission(path: Path) -> bytes:
     try:
         size = path.stat().st_size
         if size > MAX_BYTES:
-            raise ClientError(f"{path} is {size / MAX_BYTES:.1f} MiB; the service takes files up to 1 MiB",
-                              EXIT_LOCAL)
+            raise ClientError(f"{path} is {size:,} bytes; the service takes files up to 1 MiB "
+                              f"({MAX_BYTES:,} bytes)", EXIT_LOCAL)
         data = path.read_bytes()
     except OSError as exc:
         raise ClientError(f"cannot read {path}: {_reason(exc)}", EXIT_LOCAL) from None

@@ -302,7 +302,7 @@ def test_a_server_without_a_scheme_is_refused(file, capsys):
 @pytest.mark.parametrize("case, expect", [
     ("missing", "no file at"),
     ("folder", "is a folder"),
-    ("oversize", "up to 1 MiB"),
+    ("oversize", "is 1,048,577 bytes; the service takes files up to 1 MiB (1,048,576 bytes)"),
     ("empty", "is empty"),
     ("latin-1", "not UTF-8 text"),
 ])
