@@ -159,6 +159,8 @@ class Api:
             why = f"the name {urllib.parse.urlsplit(self.server).hostname!r} is not known (check the address)"
         elif isinstance(reason, ConnectionRefusedError):
             why = "nothing is listening there (is the service running, and is the port right?)"
+        elif isinstance(reason, (BrokenPipeError, ConnectionResetError)):
+            why = "it closed the connection without answering"
         elif timed_out:
             why = f"no answer within {REQUEST_TIMEOUT:g} s"
         else:
@@ -178,8 +180,8 @@ class Api:
             return ClientError(f"the server redirects to {where}: set the server to that address "
                                f"(often the https:// one)")
         if status == 401:
-            return ClientError(f"the server does not accept this token ({said or 'unknown token'}): "
-                               f"check the token your instructor gave you")
+            return ClientError(f"the server does not accept this token: {said}" if said else
+                               "the server does not accept this token: check the token your instructor gave you")
         if status == 403:
             # 403 is both a revoked token and a check after the deadline: the server's sentence says which.
             return ClientError(f"refused: {said}" if said else

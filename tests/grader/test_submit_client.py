@@ -47,7 +47,8 @@ def accepted(id=7, kind="check", position=2, late=False):
 class FakeService:
     """Test double of the server: per route, a list of canned answers given in turn, the
     last repeated. An answer is (status, body, headers), body a JSON value or raw bytes,
-    optionally preceded by a delay in seconds: (delay, status, body, headers)."""
+    optionally preceded by a delay in seconds: (delay, status, body, headers); a status of
+    None closes the connection with no answer."""
 
     def __init__(self):
         self.routes: dict[tuple[str, str], list] = {}
@@ -99,6 +100,9 @@ class FakeService:
             time.sleep(reply[0])
             reply = reply[1:]
         status, payload, headers = reply
+        if status is None:          # hang up without a word, as a crashing server does
+            handler.close_connection = True
+            return
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         self.sent.append(data)
         handler.send_response(status)
@@ -344,7 +348,8 @@ def test_an_unreadable_file_is_refused(service, capsys, student_machine):
 # ---------------------------------------------------------------- what the server refuses
 
 @pytest.mark.parametrize("status, body, headers, code, expect", [
-    (401, {"error": "unknown token"}, {}, 1, "does not accept this token (unknown token): check the token"),
+    (401, {"error": "This token is not known here."}, {}, 1, "does not accept this token: This token is not known here"),
+    (401, b"", {}, 1, "does not accept this token: check the token your instructor gave you"),
     (403, {"error": "This token has been revoked."}, {}, 1, "refused: This token has been revoked"),
     (403, b"", {}, 1, "revoked"),
     (403, {"error": "Checks closed at the deadline, 2026-03-08T23:59:00Z; a hand-in is still accepted."}, {}, 1,
@@ -408,6 +413,13 @@ def test_nothing_listening(file, capsys):
     rc, _, err = run(capsys, "submit", file, "--server", f"http://127.0.0.1:{free_port()}", "--token", "t")
     assert rc == 1
     assert "could not reach the grading service" in one_sentence(err) and "nothing is listening" in err
+
+
+def test_a_server_that_hangs_up(service, file, capsys):
+    service.answer("POST", "/api/submissions", (None, b"", {}))
+    rc, _, err = run(capsys, "submit", file, "--server", service.url, "--token", TOKEN)
+    assert rc == 1
+    assert "closed the connection without answering" in one_sentence(err)
 
 
 def test_an_unknown_host_name(file, capsys, monkeypatch):
