@@ -55,9 +55,9 @@ class ClientError(Exception):
 class Unreachable(ClientError):
     """The server gave no HTTP answer at all (or a gateway said it is down)."""
 
-    def __init__(self, message: str, timed_out: bool = False):
+    def __init__(self, message: str, maybe_arrived: bool = False):
         super().__init__(message)
-        self.timed_out = timed_out      # the request may have arrived all the same
+        self.maybe_arrived = maybe_arrived      # the request went out whole; only its answer is missing
 
 
 # ---------------------------------------------------------------- settings
@@ -101,12 +101,17 @@ def settings(args) -> tuple[str, str]:
                               f"`{key} = {example}` in {DOTFILE} in this folder or in your home folder",
                               EXIT_LOCAL)
         chosen[key] = value
+    token = chosen["token"]
+    # A token pasted through a word processor gains curly quotes or spaces, which no header can carry.
+    if not all(33 <= ord(c) < 127 for c in token):
+        raise ClientError("the token holds spaces or characters that no token has: copy it again exactly "
+                          "as your instructor gave it", EXIT_LOCAL)
     server = chosen["server"].rstrip("/")
     parts = urllib.parse.urlsplit(server)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ClientError(f"the server {server!r} is not an address like https://grader.example.edu "
                           f"(it must start with http:// or https://)", EXIT_LOCAL)
-    return server, chosen["token"]
+    return server, token
 
 
 # ---------------------------------------------------------------- HTTP
@@ -146,6 +151,8 @@ class Api:
             raise self._unreachable(exc.reason) from None
         except (OSError, http.client.HTTPException) as exc:
             raise self._unreachable(exc) from None
+        except UnicodeError:            # a server name that is not a valid host name
+            raise ClientError(f"the server {self.server!r} is not a valid address", EXIT_LOCAL) from None
         try:
             return json.loads(raw.decode("utf-8")), raw
         except (UnicodeDecodeError, ValueError):
@@ -155,6 +162,7 @@ class Api:
     def _unreachable(self, reason) -> Unreachable:
         host = urllib.parse.urlsplit(self.server).netloc
         timed_out = isinstance(reason, (TimeoutError, socket.timeout)) or "timed out" in str(reason)
+        hung_up = isinstance(reason, http.client.RemoteDisconnected)
         if isinstance(reason, socket.gaierror):
             why = f"the name {urllib.parse.urlsplit(self.server).hostname!r} is not known (check the address)"
         elif isinstance(reason, ConnectionRefusedError):
@@ -165,7 +173,7 @@ class Api:
             why = f"no answer within {REQUEST_TIMEOUT:g} s"
         else:
             why = _reason(reason)
-        return Unreachable(f"could not reach the grading service at {host}: {why}", timed_out)
+        return Unreachable(f"could not reach the grading service at {host}: {why}", timed_out or hung_up)
 
     def _refusal(self, exc: urllib.error.HTTPError) -> ClientError:
         try:
@@ -343,7 +351,7 @@ def cmd_submit(api: Api, args) -> int:
     try:
         accepted, raw = api.call("POST", f"/api/submissions?kind={kind}", data)
     except Unreachable as exc:
-        if exc.timed_out:
+        if exc.maybe_arrived:
             # The upload may have arrived: sending it again could spend a second check.
             raise ClientError(f"{exc}; the {kind} may or may not have been accepted: run `{args.history_hint}` "
                               f"before sending it again") from None

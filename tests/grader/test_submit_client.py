@@ -420,6 +420,16 @@ def test_a_server_that_hangs_up(service, file, capsys):
     rc, _, err = run(capsys, "submit", file, "--server", service.url, "--token", TOKEN)
     assert rc == 1
     assert "closed the connection without answering" in one_sentence(err)
+    assert "may or may not have been accepted" in err      # it went out whole: it may be stored
+
+
+@pytest.mark.parametrize("token", ["\u201cabc\u201d", "abc def"])
+def test_a_mangled_token_is_refused_locally(service, file, capsys, student_machine, token):
+    (student_machine[1] / ".grader").write_text(f"server = {service.url}\ntoken = {token}\n", encoding="utf-8")
+    rc, _, err = run(capsys, "submit", file)
+    assert rc == 2
+    assert "copy it again" in one_sentence(err)
+    assert service.requests == []
 
 
 def test_an_unknown_host_name(file, capsys, monkeypatch):
