@@ -1,5 +1,6 @@
 """Command line: `python -m grader grade --submission FILE --report OUT [--device auto|cpu|cuda]`,
-and `python -m grader validate --out FILE` (the kill matrix over the corpus)."""
+`python -m grader validate --out FILE` (the kill matrix over the corpus), and the grading service's
+client: `python -m grader submit FILE --server URL --token T [--hand-in] [--report OUT]`."""
 from __future__ import annotations
 
 import argparse
@@ -58,7 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     from . import grade_all, summary
     grade_all.add_parser(sub)   # grade-all
     summary.add_parser(sub)     # summary
+    from . import submit_client
+    submit_client.add_parsers(sub, prefix="submit-")   # submit, submit-status, submit-history
     args = ap.parse_args(argv)
+    if args.command in ("submit", "submit-status", "submit-history"):
+        return submit_client.run(args)
     if args.command in ("grade-all", "summary"):
         return args.run(args)
     if args.command == "validate":

@@ -3,7 +3,9 @@
     python tools/make_release.py --assignment assignment/l1_paged_kv_write --out build/release
 
 writes OUT/<assignment id>/ afresh: the template under the name students
-submit, both statements, the public tests as tests/, a Makefile and a README.
+submit, both statements, the public tests as tests/, the grading service's
+client as submit.py (grader/submit_client.py, standard library only, copied
+as it is), a Makefile and a README.
 Only files named here are copied, so nothing of the reference, the hidden
 tests, the corpus or the grader can leak in.
 """
@@ -17,14 +19,27 @@ sys.path.insert(0, str(REPO))
 
 from grader.assignment import Assignment  # noqa: E402
 STATEMENTS = ("statement.en.md", "statement.zh.md")
+CLIENT = REPO / "grader" / "submit_client.py"
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
 MAKEFILE = """\
 PYTHON ?= python3
+SUBMISSION ?= {submission}
 
-.PHONY: test
+.PHONY: test check submit status history
 test:
 \t$(PYTHON) -m pytest tests -q
+
+# The grading service: the server and token come from GRADER_SERVER and GRADER_TOKEN,
+# or from a file .grader here or in the home folder (README.md says how).
+check:
+\t@$(PYTHON) submit.py submit $(SUBMISSION)
+submit:
+\t@$(PYTHON) submit.py submit $(SUBMISSION) --hand-in
+status:
+\t@$(PYTHON) submit.py status
+history:
+\t@$(PYTHON) submit.py history
 """
 
 README = """\
@@ -46,6 +61,36 @@ On a GPU with 28 GB free, `--overflow` adds the test of offsets past 2^31.
 
 How each area is graded, the performance curve and the timed cases are at the
 end of the statements ("How it is graded").
+
+## Checking on the course's GPU and handing in
+
+The public tests run on your machine; the grading service runs the hidden tests
+on the GPU your work is graded on. Your instructor gives you the service's
+address and a token of your own. Put them in a file named `.grader` in this
+folder (or in your home folder), and keep it to yourself and out of any
+repository: anyone with the token can submit as you.
+
+    server = https://the-address-your-instructor-gave
+    token = the-token-your-instructor-gave
+
+(Or set `GRADER_SERVER` and `GRADER_TOKEN` in the environment, or pass
+`--server` and `--token` to `python submit.py`.)
+
+- `make check` sends `{submission}` as a check: you see your place in the
+  queue, then the feedback (areas, points and hints, as much as your instructor
+  chose to show before the deadline) and a last line `score: X / Y`. Checks are
+  limited per hour; beyond that the service says when you can check again.
+- `make submit` hands `{submission}` in: that is the copy that is graded, and
+  it is graded as a check too, so you see its feedback. You may hand in again;
+  the latest hand-in is the one graded. One made after the deadline is kept and
+  marked late, and you are told so.
+- `make status` shows who the token belongs to, the checks left this hour and
+  the deadline; `make history` lists your submissions, and
+  `python submit.py history ID` shows one report again.
+
+To send another file: `make check SUBMISSION=other.py` (the service always stores
+it as `{submission}`). Files are limited to 1 MiB. `python submit.py --help`
+says the rest, including the exit codes.
 """
 
 
@@ -71,7 +116,8 @@ def build(assignment_dir: Path, out: Path) -> Path:
         dst = bundle / "tests" / src.relative_to(tests)
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)
-    (bundle / "Makefile").write_text(MAKEFILE, encoding="utf-8")
+    shutil.copyfile(CLIENT, bundle / "submit.py")
+    (bundle / "Makefile").write_text(MAKEFILE.format(submission=assignment.submission), encoding="utf-8")
     (bundle / "README.md").write_text(
         README.format(title=assignment.title, submission=assignment.submission), encoding="utf-8")
 

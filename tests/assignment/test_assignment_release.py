@@ -7,7 +7,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO / "reference" / "l1_paged_kv_write.py"
 PRIVATE = [REPO / "reference", REPO / "tests" / "hidden", REPO / "tests" / "corpus", REPO / "grader"]
-EXPECTED = {"l1_paged_kv_write.py", "statement.en.md", "statement.zh.md", "Makefile", "README.md",
+# The one file of grader/ that is public by design: the grading service's client.
+CLIENT = REPO / "grader" / "submit_client.py"
+EXPECTED = {"l1_paged_kv_write.py", "statement.en.md", "statement.zh.md", "Makefile", "README.md", "submit.py",
             "tests/conftest.py", "tests/test_l1_paged_kv_write.py"}
 
 
@@ -57,7 +59,7 @@ def test_no_solution_code_in_the_bundle(bundle):
 
 def test_no_private_file_in_the_bundle(bundle):
     private = {p.read_bytes() for root in PRIVATE if root.exists()
-               for p in root.rglob("*") if p.is_file()}
+               for p in root.rglob("*") if p.is_file() and p != CLIENT}
     for name, path in bundle_files(bundle).items():
         assert path.read_bytes() not in private, f"{name} is a copy of a private file"
         assert not {"reference", "hidden", "corpus", "grader"} & set(Path(name).parts)
@@ -75,6 +77,30 @@ def test_makefile_runs_the_tests_with_a_chosen_python(bundle):
     makefile = (bundle / "Makefile").read_text(encoding="utf-8")
     assert "PYTHON ?= python3" in makefile
     assert "\t$(PYTHON) -m pytest tests -q" in makefile
+
+
+def test_bundle_carries_the_client_as_it_is(bundle):
+    # Copied, not rewritten: the client students run is the one tests/grader/test_submit_client.py tests.
+    assert (bundle / "submit.py").read_bytes() == CLIENT.read_bytes()
+    client = (bundle / "submit.py").read_text(encoding="utf-8")
+    # Standard library only: a student's bare python3 must run it.
+    assert "import torch" not in client and "from grader" not in client and "from ." not in client
+
+
+def test_makefile_checks_and_hands_in_with_the_client(bundle):
+    makefile = (bundle / "Makefile").read_text(encoding="utf-8")
+    assert "SUBMISSION ?= l1_paged_kv_write.py" in makefile
+    assert "check:\n\t@$(PYTHON) submit.py submit $(SUBMISSION)\n" in makefile
+    assert "submit:\n\t@$(PYTHON) submit.py submit $(SUBMISSION) --hand-in\n" in makefile
+    # No token on a command line, where `ps` would show it to everyone on the machine.
+    assert "--token" not in makefile
+
+
+def test_readme_tells_where_the_token_goes(bundle):
+    readme = (bundle / "README.md").read_text(encoding="utf-8")
+    for needed in (".grader", "token = ", "server = ", "GRADER_TOKEN", "make check", "make submit",
+                   "score: X / Y", "per hour", "marked late"):
+        assert needed in readme, needed
 
 
 def test_bundle_tests_find_the_file_beside_them(bundle, run_pytest, tmp_path):
