@@ -1,5 +1,6 @@
 """Command line: `python -m grader grade --submission FILE --report OUT [--device auto|cpu|cuda]`,
-and `python -m grader validate --out FILE` (the kill matrix over the corpus)."""
+`python -m grader validate --out FILE` (the kill matrix over the corpus), and grade-all, summary,
+serve and tokens (each `--help` says more)."""
 from __future__ import annotations
 
 import argparse
@@ -56,10 +57,12 @@ def main(argv: list[str] | None = None) -> int:
                         "only): scores must not move, and a timing is full or not measured")
     v.add_argument("--reports-dir", help=argparse.SUPPRESS)     # where --jobs puts each entry's report
     from . import grade_all, summary
+    from .service import cli as service
     grade_all.add_parser(sub)   # grade-all
     summary.add_parser(sub)     # summary
+    service.add_parsers(sub)    # serve and tokens: the grading service (docs/service.md)
     args = ap.parse_args(argv)
-    if args.command in ("grade-all", "summary"):
+    if args.command in ("grade-all", "summary", "serve", "tokens"):
         return args.run(args)
     if args.command == "validate":
         from .validate import main as validate
