@@ -40,7 +40,7 @@ def main(args) -> int:
     root = Path(args.course)
     if not root.is_dir():
         return _fail(f"no course folder at {root}")
-    jobs = args.jobs or default_jobs(device)
+    jobs = default_jobs(device) if args.jobs is None else args.jobs
     if jobs < 1:
         return _fail("--jobs must be at least 1")
     if args.checks_per_hour < 0:
