@@ -52,19 +52,6 @@ def public(service: Service, row: dict, who: Identity, report: dict | None) -> d
     return out
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise intake.too_large()
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise intake.too_large()
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def _who(service: Service, request: Request) -> Identity:
     return identify(service.store, bearer(request.headers.get("authorization")))
 
@@ -86,7 +73,7 @@ async def post_submission(service: Service, request: Request) -> Response:
     kind = request.query_params.get("kind")
     if kind not in intake.KINDS:
         raise Refused(400, f"kind must be 'check' or 'hand-in' (?kind=check), not {kind!r}")
-    data = await read_body(request, intake.MAX_UPLOAD)
+    data = await intake.read_body(request, intake.MAX_UPLOAD)
     row = await run_in_threadpool(intake.submit, service, who, kind, data)
     return JSONResponse({"id": row["id"], "kind": row["kind"], "status": row["status"], "position": row["position"],
                          "late": row["late"]}, status_code=202)

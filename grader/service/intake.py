@@ -78,6 +78,20 @@ def submit(service: Service, who: Identity, kind: str | None, data: bytes) -> di
     return row
 
 
+async def read_body(request, limit: int) -> bytes:
+    """The request's body, refused with 413 as soon as it is known to be over `limit`."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise too_large()
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large()
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def too_large() -> Refused:
     return Refused(413, f"the upload is larger than {MAX_UPLOAD // 2**20} MiB, which no kernel file needs: send "
                         "only your Python source file")

@@ -305,8 +305,7 @@ async def upload(request: Request) -> Response:
 async def _form_file(request: Request) -> tuple[str | None, bytes]:
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise Refused(400, "send the file from the page's form (multipart/form-data)")
-    from .app import read_body
-    body = await read_body(request, intake.MAX_UPLOAD + FORM_OVERHEAD)
+    body = await intake.read_body(request, intake.MAX_UPLOAD + FORM_OVERHEAD)
 
     async def stream():
         yield body
