@@ -36,7 +36,7 @@ class Graders:
         self.runner = Runner(course, device, timeout_s)
         hosts = (lambda env: WarmHost(course.assignment.folder, device, env)) if warm else None
         self.slots = SlotPool(device, jobs, course.assignment.grading_gpu_bytes, hosts=hosts)
-        self.scratch = course.root / ".service" / "gradings"
+        self.scratch = scratch_root(course.root)
         self.wake = threading.Condition()
         self.stopping = False
         self.threads = [threading.Thread(target=self._work, name=f"grader-{i}", daemon=True) for i in range(jobs)]

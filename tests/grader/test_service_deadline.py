@@ -61,3 +61,25 @@ def test_bad_settings_are_refused_with_a_sentence(tmp_path):
                               str(svc.TOY), "--device", "cpu", *extra], cwd=REPO, capture_output=True, text=True,
                              timeout=60)
         assert out.returncode == 2 and words in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_the_visibility_setting_is_read_and_checked(tmp_path):
+    import pytest
+    from grader.assignment import Assignment, AssignmentError
+    toml = (svc.TOY / "assignment.toml").read_text()
+    (tmp_path / "assignment.toml").write_text(toml)
+    assert Assignment.load(tmp_path).visibility == "visible"
+    for extra, words in (('visibility = "sometimes"', "must be one of"), ('shown = "all"', "unknown key [service]")):
+        (tmp_path / "assignment.toml").write_text(toml + f"\n[service]\n{extra}\n")
+        with pytest.raises(AssignmentError, match=words.replace("[", r"\[")):
+            Assignment.load(tmp_path)
+
+
+def test_score_only_shows_the_score_and_whole_file_problems(toy_report):
+    from grader.service.views import shown
+    report = toy_report("no_echo")
+    text = shown(report, "sam", "hidden", past_deadline=False)
+    assert "60.00 / 90.00" in text and "| echo |" not in text and "echo" not in text.split("Score")[1]
+    assert "no function named" in shown(report, "sam", "hidden", past_deadline=True)
+    broken = dict(report, extra_data=dict(report["extra_data"], problem="the submission does not parse as Python"))
+    assert "does not parse" in shown(broken, "sam", "hidden", past_deadline=False)
