@@ -10,13 +10,17 @@ REPO = Path(__file__).resolve().parent.parent
 ASSIGNMENTS = REPO / "assignment"       # where --assignment looks when it is not given
 
 # Every key assignment.toml may hold, per table: a misspelt key would otherwise be a silent default.
-TOP_KEYS = {"assignment", "rubric", "leaderboard"}
+TOP_KEYS = {"assignment", "rubric", "leaderboard", "service"}
 ASSIGNMENT_KEYS = {"id", "title", "submission", "functions", "reference", "template", "public_tests",
                    "hidden_tests", "corpus", "call_timeout_s", "time_budget_s", "worker_memory_mb",
                    "gpu_memory_gib", "protect"}
 AREA_KEYS = {"points", "summary", "requires", "device", "curve"}
 LEADERBOARD_KEYS = {"enabled", "columns"}
 COLUMN_KEYS = {"name", "test", "figure", "order"}
+SERVICE_KEYS = {"visibility"}
+# What a grading service's check shows before the deadline, in Gradescope's words where they fit:
+# "visible" everything feedback.md shows, "areas" the score and the area table, "hidden" the score.
+VISIBILITIES = ("visible", "areas", "hidden")
 
 
 class AssignmentError(ValueError):
@@ -80,6 +84,7 @@ class Assignment:
     grading_gpu_bytes: int | None = None     # the most GPU memory one grading uses at once
     protect: tuple[Path, ...] = ()           # more folders a submission must not read
     leaderboard: tuple[LeaderboardColumn, ...] = ()   # empty: the report carries no leaderboard
+    visibility: str = "visible"              # [service]: what a check shows before the deadline
 
     def protected_paths(self) -> list[Path]:
         """Closed to the worker's uid: the solution, the hidden suites, the repository's
@@ -133,6 +138,7 @@ class Assignment:
                 grading_gpu_bytes=int(float(meta["gpu_memory_gib"]) * 2**30) if "gpu_memory_gib" in meta else None,
                 protect=tuple((here / p).resolve() for p in meta.get("protect", ())),
                 leaderboard=_leaderboard(data.get("leaderboard", {}), path),
+                visibility=_visibility(data.get("service", {}), path),
                 areas=areas)
         except KeyError as exc:
             raise AssignmentError(f"{path}: missing key {exc}") from None
@@ -210,3 +216,13 @@ def _leaderboard(spec: dict, path: Path) -> tuple[LeaderboardColumn, ...]:
     if not columns:
         raise AssignmentError(f"{path}: the leaderboard is enabled but has no columns")
     return tuple(columns)
+
+
+def _visibility(spec: dict, path: Path) -> str:
+    """[service] visibility = "visible" | "areas" | "hidden" (default "visible")."""
+    _known(spec, SERVICE_KEYS, "[service] ", path)
+    value = spec.get("visibility", "visible")
+    if value not in VISIBILITIES:
+        raise AssignmentError(f"{path}: [service] visibility must be one of {', '.join(map(repr, VISIBILITIES))}, "
+                              f"not {value!r}")
+    return value

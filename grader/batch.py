@@ -44,6 +44,7 @@ class Job:
     sha256: str
     file: Path      # the first student's hand-in folder: a link in it must not be followed
     students: list[str] = field(default_factory=list)
+    report: Path | None = None      # where its report goes (default: the first student's report path)
 
 
 Outcome = tuple[Job, "dict | None", str]    # a grading's end: (job, report, "") or (job, None, why)
@@ -93,7 +94,7 @@ class Runner:
 
     def grade(self, job: Job, env: dict[str, str]) -> tuple[dict | None, str]:
         """(the report, "") or (None, why there is none)."""
-        dest = self.course.report_path(job.students[0])
+        dest = job.report or self.course.report_path(job.students[0])
         dest.parent.mkdir(parents=True, exist_ok=True)
         partial = dest.with_name(".report.json.grading")
         partial.unlink(missing_ok=True)

@@ -1,6 +1,6 @@
 """Command line: `python -m grader grade --submission FILE --report OUT [--device auto|cpu|cuda]`,
-`python -m grader validate --out FILE` (the kill matrix over the corpus), and the grading service's
-client: `python -m grader submit FILE --server URL --token T [--hand-in] [--report OUT]`."""
+`python -m grader validate --out FILE` (the kill matrix over the corpus), grade-all, summary, the
+grading service (serve, tokens) and its client (submit; each `--help` says more)."""
 from __future__ import annotations
 
 import argparse
@@ -57,14 +57,16 @@ def main(argv: list[str] | None = None) -> int:
                         "only): scores must not move, and a timing is full or not measured")
     v.add_argument("--reports-dir", help=argparse.SUPPRESS)     # where --jobs puts each entry's report
     from . import grade_all, summary
+    from .service import cli as service
     grade_all.add_parser(sub)   # grade-all
     summary.add_parser(sub)     # summary
+    service.add_parsers(sub)    # serve and tokens: the grading service (docs/service.md)
     from . import submit_client
     submit_client.add_parsers(sub, prefix="submit-")   # submit, submit-status, submit-history
     args = ap.parse_args(argv)
     if args.command in ("submit", "submit-status", "submit-history"):
         return submit_client.run(args)
-    if args.command in ("grade-all", "summary"):
+    if args.command in ("grade-all", "summary", "serve", "tokens"):
         return args.run(args)
     if args.command == "validate":
         from .validate import main as validate

@@ -1,0 +1,158 @@
+"""The HTTP API (the contract the student client follows) and the Starlette application that
+carries it beside the web pages (pages.py).
+
+Every handler that touches the database is a plain function, which Starlette runs in its
+thread pool: the event loop only reads requests and writes answers, so a status request never
+waits behind another request's query or a grading being stored. Errors are JSON
+{"error": sentence} with their status; nothing a client sends gets a traceback back.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from . import intake, pages, views
+from .intake import QuotaRefused, Service
+from .store import iso
+from .tokens import Identity, Refused, bearer, identify
+
+log = logging.getLogger("grader.service")
+
+
+def error(status: int, message: str, headers: dict | None = None, **extra) -> JSONResponse:
+    return JSONResponse({"error": message, **extra}, status_code=status, headers=headers)
+
+
+def refused(exc: Refused) -> JSONResponse:
+    if isinstance(exc, QuotaRefused):
+        return error(429, exc.message, {"Retry-After": str(exc.retry_after_s)}, retry_after_seconds=exc.retry_after_s)
+    return error(exc.status, exc.message)
+
+
+def public(service: Service, row: dict, who: Identity, report: dict | None) -> dict:
+    """A submission as the API shows it to `who`."""
+    out = {key: row[key] for key in ("id", "student", "kind", "status", "position", "late", "score", "max_score")}
+    out["submitted_at"] = iso(row["submitted_at"])
+    out["finished_at"] = iso(row["finished_at"])
+    out["feedback"] = None
+    out["error"] = None
+    if row["status"] == "done" and report is not None:
+        out["feedback"] = views.shown(report, row["student"], service.assignment.visibility, service.past_deadline())
+    elif row["status"] == "error":
+        out["error"] = (row["error"] or "").strip()[-4000:] if who.student is None else (
+            "the grader failed on this submission twice, not because of your code; your instructor can see why. "
+            "Submitting again later is safe")
+    return out
+
+
+def _who(service: Service, request: Request) -> Identity:
+    return identify(service.store, bearer(request.headers.get("authorization")))
+
+
+def api(handler):
+    """A JSON endpoint: Refused becomes its status and sentence."""
+    async def endpoint(request: Request) -> Response:
+        service: Service = request.app.state.service
+        try:
+            return await handler(service, request)
+        except Refused as exc:
+            return refused(exc)
+    return endpoint
+
+
+@api
+async def post_submission(service: Service, request: Request) -> Response:
+    who = await run_in_threadpool(_who, service, request)
+    kind = request.query_params.get("kind")
+    if kind not in intake.KINDS:
+        raise Refused(400, f"kind must be 'check' or 'hand-in' (?kind=check), not {kind!r}")
+    data = await intake.read_body(request, intake.MAX_UPLOAD)
+    row = await run_in_threadpool(intake.submit, service, who, kind, data)
+    return JSONResponse({"id": row["id"], "kind": row["kind"], "status": row["status"], "position": row["position"],
+                         "late": row["late"]}, status_code=202)
+
+
+def _one(service: Service, request: Request) -> Response:
+    who = _who(service, request)
+    try:
+        sub_id = int(request.path_params["id"])
+    except ValueError:
+        raise Refused(404, "no such submission") from None
+    row = service.store.get(sub_id)
+    # Another student's id answers as an unknown one: a student never learns it exists.
+    if row is None or (who.student is not None and row["student"] != who.student):
+        raise Refused(404, "no such submission")
+    report = service.store.report(sub_id) if row["status"] == "done" else None
+    return JSONResponse(public(service, row, who, report))
+
+
+def _mine(service: Service, request: Request) -> Response:
+    who = _who(service, request)
+    rows = service.store.listed(who.student)
+    reports = {r["id"]: service.store.report(r["id"]) for r in rows if r["status"] == "done"}
+    return JSONResponse([public(service, r, who, reports.get(r["id"])) for r in rows])
+
+
+def _me(service: Service, request: Request) -> Response:
+    who = _who(service, request)
+    left = service.store.checks_left(who.student, service.checks_per_hour)[0] if who.student else None
+    return JSONResponse({"student": who.student, "role": who.role, "checks_left_this_hour": left,
+                         "deadline": iso(service.deadline), "assignment": service.assignment.id})
+
+
+def _queue(service: Service, request: Request) -> Response:
+    who = _who(service, request)
+    if who.student is not None:
+        raise Refused(403, "only the instructor sees the whole queue; your own place is in /api/submissions")
+    return JSONResponse([{k: r[k] for k in ("id", "student", "kind", "status", "position")}
+                         for r in service.store.queue()])
+
+
+def threaded(fn):
+    @api
+    async def handler(service: Service, request: Request) -> Response:
+        return await run_in_threadpool(fn, service, request)
+    return handler
+
+
+async def not_found(request: Request, exc: HTTPException) -> Response:
+    if request.url.path.startswith("/api/"):
+        return error(exc.status_code, "no such endpoint" if exc.status_code == 404 else
+                     f"{request.method} is not accepted here" if exc.status_code == 405 else str(exc.detail))
+    return pages.plain_error(exc.status_code, str(exc.detail))
+
+
+async def crashed(request: Request, exc: Exception) -> Response:
+    log.exception("request %s %s failed", request.method, request.url.path)
+    message = "the service failed on this request; it was logged for the instructor"
+    if request.url.path.startswith("/api/"):
+        return error(500, message)
+    return pages.plain_error(500, message)
+
+
+def create(service: Service, on_shutdown=()) -> Starlette:
+    routes = [
+        Route("/api/submissions", post_submission, methods=["POST"]),
+        Route("/api/submissions", threaded(_mine), methods=["GET"]),
+        Route("/api/submissions/{id}", threaded(_one), methods=["GET"]),
+        Route("/api/me", threaded(_me), methods=["GET"]),
+        Route("/api/queue", threaded(_queue), methods=["GET"]),
+        *pages.routes(),
+    ]
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        yield
+        for fn in on_shutdown:
+            await run_in_threadpool(fn)
+
+    app = Starlette(routes=routes, exception_handlers={HTTPException: not_found, Exception: crashed},
+                    lifespan=lifespan)
+    app.state.service = service
+    return app

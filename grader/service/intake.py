@@ -1,0 +1,108 @@
+"""The front door's checks on one upload, shared by the API and the web form: who may send
+what, when, and how much; then the submission is queued (and a hand-in filed in the course).
+
+Every refusal is a Refused(status, sentence): 400 malformed, 403 not allowed now, 413 too
+large, 415 not UTF-8 Python text, 429 over the hour's checks (with Retry-After).
+"""
+from __future__ import annotations
+
+import datetime
+import math
+from dataclasses import dataclass, field
+
+from .. import submission_file
+from ..course import Course
+from . import hand_in
+from .store import QuotaExceeded, Store, now
+from .tokens import Identity, Refused
+
+MAX_UPLOAD = 2**20          # far above a kernel file; a larger upload is refused before it is read whole
+KINDS = ("check", "hand-in")
+
+
+@dataclass
+class Service:
+    """What every request handler needs: the course, its state, its settings, its graders."""
+    course: Course
+    store: Store
+    deadline: datetime.datetime | None = None      # naive UTC, as the store's times
+    checks_per_hour: int | None = None
+    graders: object = None                         # queue.Graders; None in a service that grades nothing
+    device: str = "cpu"
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def assignment(self):
+        return self.course.assignment
+
+    def past_deadline(self, when: datetime.datetime | None = None) -> bool:
+        return self.deadline is not None and (when or now()) > self.deadline
+
+
+class QuotaRefused(Refused):
+    def __init__(self, message: str, retry_after_s: int):
+        super().__init__(429, message)
+        self.retry_after_s = retry_after_s
+
+
+def submit(service: Service, who: Identity, kind: str | None, data: bytes) -> dict:
+    """Queue `data` as the student's `kind`; the stored row. Refused when it may not be."""
+    if who.student is None:
+        raise Refused(403, "an instructor token cannot submit: submissions are made with a student's token")
+    if kind not in KINDS:
+        raise Refused(400, f"kind must be 'check' or 'hand-in', not {kind!r}")
+    if not data:
+        raise Refused(400, f"the upload is empty: send the bytes of your {service.assignment.submission}")
+    if len(data) > MAX_UPLOAD:
+        raise too_large()
+    picked = submission_file.decode(service.assignment.submission, data)
+    if isinstance(picked, submission_file.Refused):
+        raise Refused(415, f"{picked.reason}: upload {service.assignment.submission} as UTF-8 text")
+    t = now()
+    late = service.past_deadline(t)
+    if late and kind == "check":
+        raise Refused(403, f"the deadline ({_when(service.deadline)}) has passed: checks are closed. A hand-in is "
+                           "still accepted, and marked late")
+    store_it = (lambda: hand_in.store(service.course, who.student, data, t.replace(tzinfo=datetime.timezone.utc))) \
+        if kind == "hand-in" else None
+    try:
+        row = service.store.accept(who.student, kind, data, picked.sha256, late and kind == "hand-in",
+                                   service.checks_per_hour, before_insert=store_it)
+    except QuotaExceeded as exc:
+        wait = max(1, math.ceil((exc.retry_at - now()).total_seconds()))
+        raise QuotaRefused(f"you have used all {exc.limit} checks of this hour; the next one can be sent at "
+                           f"{_when(exc.retry_at)} (in {_duration(wait)}). A hand-in is never limited",
+                           wait) from None
+    if service.graders is not None:
+        service.graders.poke()
+    return row
+
+
+async def read_body(request, limit: int) -> bytes:
+    """The request's body, refused with 413 as soon as it is known to be over `limit`."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise too_large()
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large()
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def too_large() -> Refused:
+    return Refused(413, f"the upload is larger than {MAX_UPLOAD // 2**20} MiB, which no kernel file needs: send "
+                        "only your Python source file")
+
+
+def _when(t: datetime.datetime) -> str:
+    return t.replace(tzinfo=datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _duration(seconds: int) -> str:
+    if seconds < 90:
+        return f"{seconds} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} minutes"

@@ -1,0 +1,379 @@
+"""The web pages: the same service as the API, as server-rendered HTML with plain forms (no
+script at all). A token typed into the login form is kept in an HttpOnly, SameSite=Strict cookie
+(Secure behind TLS), so no page script could read it and no other site's form can post with it.
+
+    /                   student: upload, checks left, place in the queue, history
+                        instructor: every student's latest check and hand-in, the queue, links
+    /submissions/<id>   one submission and its report (refreshes itself while it waits)
+    /leaderboard        each student's best check, under a pseudonym (when [leaderboard] is enabled)
+    /course/...         the instructor's: the class summary and what it links to, from the course folder
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import html
+import json
+import os
+import stat
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import mistune
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartParser
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from . import intake, views
+from .intake import Service
+from .store import iso
+from .tokens import Identity, Refused, identify
+
+COOKIE = "grader_token"
+FORM_OVERHEAD = 64 * 1024          # the multipart envelope around the file
+COURSE_FOLDERS = ("summary", "autograded", "feedback")
+_markdown = mistune.create_markdown(escape=True, plugins=["table"])
+
+CSS = """
+body { font: 15px/1.5 system-ui, sans-serif; margin: 24px auto; max-width: 980px; color: #222; padding: 0 12px; }
+header { display: flex; justify-content: space-between; align-items: baseline; border-bottom: 1px solid #ddd; }
+h1 { font-size: 21px; margin: 0 0 8px; } h2 { font-size: 17px; margin-top: 26px; }
+table { border-collapse: collapse; margin: 8px 0; } td, th { padding: 4px 10px; border-bottom: 1px solid #eee; text-align: left; }
+th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.box { border: 1px solid #ddd; border-radius: 6px; padding: 12px 16px; margin: 14px 0; background: #fafafa; }
+.error { border-color: #d88; background: #fff4f4; color: #822; } .ok { color: #1a6b1a; }
+.late { color: #a33; font-weight: 600; } .muted { color: #666; font-size: 13px; }
+.status-error { color: #a33; } .status-done { color: #1a6b1a; } .status-queued, .status-grading { color: #946200; }
+.feedback { border: 1px solid #ddd; padding: 4px 18px; border-radius: 6px; }
+button { font: inherit; padding: 4px 14px; } input[type=password] { width: 26em; font: inherit; }
+"""
+
+
+# -- rendering ------------------------------------------------------------------------------
+def _e(value) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def layout(service: Service, title: str, body: str, who: Identity | None = None, status: int = 200,
+           refresh: int | None = None) -> HTMLResponse:
+    user = ""
+    if who is not None:
+        user = (f"<form method=post action=/logout><span class=muted>{_e(who.student or 'instructor')}</span> "
+                "<button>Log out</button></form>")
+    meta = f'<meta http-equiv="refresh" content="{refresh}">' if refresh else ""
+    page = (f"<!doctype html><html lang=en><head><meta charset=utf-8>{meta}<title>{_e(title)}</title>"
+            f"<style>{CSS}</style></head><body><header><h1><a href=/ style='color:inherit;text-decoration:none'>"
+            f"{_e(service.assignment.title)}</a></h1>{user}</header>{body}</body></html>")
+    return HTMLResponse(page, status_code=status)
+
+
+def plain_error(status: int, message: str) -> HTMLResponse:
+    return HTMLResponse(f"<!doctype html><html><body><h1>{status}</h1><p>{_e(message)}</p>"
+                        "<p><a href=/>Back</a></p></body></html>", status_code=status)
+
+
+def _status(row: dict) -> str:
+    if row["status"] == "queued" and row.get("position"):
+        return f"<span class=status-queued>queued, position {row['position']}</span>"
+    if row["status"] == "done":
+        return f"<span class=status-done>{row['score']:.2f} / {row['max_score']:.2f}</span>"
+    return f"<span class=status-{_e(row['status'])}>{_e(row['status'])}</span>"
+
+
+def _late(row: dict) -> str:
+    return " <span class=late>late</span>" if row["late"] else ""
+
+
+def _history(rows: list[dict], with_student: bool = False) -> str:
+    if not rows:
+        return "<p class=muted>Nothing submitted yet.</p>"
+    head = "<th>#</th>" + ("<th>student</th>" if with_student else "") + "<th>kind</th><th>sent</th><th>result</th>"
+    body = "".join(
+        f"<tr><td><a href=/submissions/{r['id']}>{r['id']}</a></td>"
+        + (f"<td>{_e(r['student'])}</td>" if with_student else "")
+        + f"<td>{_e(r['kind'])}{_late(r)}</td><td>{_e(iso(r['submitted_at']))}</td><td>{_status(r)}</td></tr>"
+        for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _info(service: Service, who: Identity) -> str:
+    parts = [f"Hand in <code>{_e(service.assignment.submission)}</code>."]
+    if service.deadline is not None:
+        parts.append(f"Deadline: <b>{_e(iso(service.deadline))}</b>" + (" (passed: checks are closed, hand-ins are "
+                     "marked late)" if service.past_deadline() else "") + ".")
+    if who.student is not None and service.checks_per_hour is not None:
+        left, free_at = service.store.checks_left(who.student, service.checks_per_hour)
+        parts.append(f"Checks left this hour: <b>{left}</b> of {service.checks_per_hour}"
+                     + (f" (the next frees up at {_e(iso(free_at))})" if free_at else "") + ".")
+    return "<p>" + " ".join(parts) + "</p>"
+
+
+def _upload_form(service: Service) -> str:
+    closed = service.past_deadline()
+    return ("<div class=box><form method=post action=/upload enctype=multipart/form-data>"
+            f"<p><input type=file name=file accept=.py required> "
+            f"<label><input type=radio name=kind value=check {'disabled' if closed else 'checked'}> check</label> "
+            f"<label><input type=radio name=kind value=hand-in {'checked' if closed else ''}> hand-in</label> "
+            "<button>Send</button></p><p class=muted>A check grades your file with the hidden tests and changes "
+            "nothing; a hand-in is what the course grades. The file's name does not matter: it is graded as "
+            f"<code>{_e(service.assignment.submission)}</code>.</p></form></div>")
+
+
+def student_home(service: Service, who: Identity, message: str = "", status: int = 200) -> HTMLResponse:
+    rows = service.store.listed(who.student)
+    waiting = [r for r in rows if r["status"] in ("queued", "grading")]
+    queue = ""
+    if waiting:
+        queue = "<h2>In the queue</h2><ul>" + "".join(
+            f"<li><a href=/submissions/{r['id']}>#{r['id']}</a> {_e(r['kind'])}: {_status(r)}</li>"
+            for r in waiting) + "</ul>"
+    links = "<p><a href=/leaderboard>Leaderboard</a></p>" if service.assignment.leaderboard else ""
+    note = f"<div class='box error'>{_e(message)}</div>" if message else ""
+    body = (note + _info(service, who) + _upload_form(service) + queue + "<h2>Your submissions</h2>"
+            + _history(rows) + links)
+    return layout(service, "Submissions", body, who, status=status, refresh=5 if waiting else None)
+
+
+def _latest(row: dict | None) -> str:
+    if row is None:
+        return "<span class=muted>none</span>"
+    return f"<a href=/submissions/{row['id']}>#{row['id']}</a> {_status(row)}{_late(row)}"
+
+
+def instructor_home(service: Service, who: Identity) -> HTMLResponse:
+    latest = service.store.latest()
+    order = service.store.queue()
+    cells = []
+    for student in sorted(latest):
+        mine = latest[student]
+        cells.append(f"<tr><td>{_e(student)}</td><td>{_latest(mine.get('check'))}</td>"
+                     f"<td>{_latest(mine.get('hand-in'))}</td></tr>")
+    students = ("<table><tr><th>student</th><th>latest check</th><th>latest hand-in</th></tr>" + "".join(cells)
+                + "</table>") if cells else "<p class=muted>No student has submitted yet.</p>"
+    queue = _history(order, with_student=True) if order else "<p class=muted>The queue is empty.</p>"
+    summary = service.course.root / "summary" / "index.html"
+    links = ("<p><a href=/course/summary/index.html>Class summary</a> (of the last grade-all)</p>" if summary.is_file()
+             else "<p class=muted>No class summary yet: after grade-all, run <code>python -m grader summary --course "
+                  "COURSE</code>; it is then linked here.</p>")
+    if service.assignment.leaderboard:
+        links += "<p><a href=/leaderboard>Leaderboard</a></p>"
+    body = (_info(service, who) + links + "<h2>Students</h2>" + students + "<h2>Queue</h2>" + queue)
+    return layout(service, "Instructor", body, who, refresh=10 if order else None)
+
+
+def submission_page(service: Service, who: Identity, sub_id: int) -> HTMLResponse:
+    row = service.store.get(sub_id)
+    if row is None or (who.student is not None and row["student"] != who.student):
+        return layout(service, "Not found", "<p>No such submission.</p>", who, status=404)
+    facts = (f"<p>#{row['id']} · {_e(row['student'])} · {_e(row['kind'])}{_late(row)} · sent "
+             f"{_e(iso(row['submitted_at']))} · {_status(row)}</p>")
+    body = facts
+    if row["status"] == "done":
+        report = service.store.report(sub_id)
+        text = views.shown(report, row["student"], service.assignment.visibility, service.past_deadline())
+        body += f"<div class=feedback>{_markdown(text)}</div>"
+    elif row["status"] == "error":
+        body += ("<div class='box error'>The grader failed on this submission twice, not because of the code in it. "
+                 + ("What it said:</div><pre>" + _e((row["error"] or "")[-4000:]) + "</pre>" if who.student is None
+                    else "Your instructor can see why. Sending it again later is safe.</div>"))
+    else:
+        body += "<p class=muted>This page refreshes itself until the report is in.</p>"
+    if who.student is None:
+        tried = service.store.gradings_of(sub_id)
+        body += "<h2>Gradings</h2><table><tr><th>started</th><th>ended</th><th>outcome</th></tr>" + "".join(
+            f"<tr><td>{_e(iso(g['started_at']))}</td><td>{_e(iso(g['ended_at']))}</td><td>{_e(g['outcome'] or 'running')}"
+            "</td></tr>" for g in tried) + "</table>"
+    waiting = row["status"] in ("queued", "grading")
+    return layout(service, f"Submission {sub_id}", body, who, refresh=3 if waiting else None)
+
+
+def pseudonym(secret: str, student: str) -> str:
+    return "anon-" + hmac.new(secret.encode(), student.encode(), hashlib.sha256).hexdigest()[:6]
+
+
+def board(service: Service) -> list[dict]:
+    """Each student's best check (score first, then the first leaderboard column), best first."""
+    columns = service.assignment.leaderboard
+    first = columns[0] if columns else None
+    best: dict[str, tuple] = {}
+    for row in service.store.done_checks():
+        values = {e.get("name"): e.get("value") for e in (json.loads(row["report"]).get("leaderboard") or [])}
+        lead = values.get(first.name) if first else None
+        key = (row["score"] or 0.0,
+               float("-inf") if not isinstance(lead, (int, float)) else lead if first.order == "desc" else -lead)
+        if row["student"] not in best or key > best[row["student"]][0]:
+            best[row["student"]] = (key, row, values)
+    ranked = sorted(best.values(), key=lambda b: b[0], reverse=True)
+    return [{"student": r["student"], "score": r["score"], "max_score": r["max_score"], "values": v}
+            for _, r, v in ranked]
+
+
+def leaderboard_page(service: Service, who: Identity) -> HTMLResponse:
+    if not service.assignment.leaderboard:
+        return layout(service, "Leaderboard", "<p>This assignment has no leaderboard.</p>", who, status=404)
+    secret = service.store.secret("leaderboard")
+    cols = service.assignment.leaderboard
+    head = "<th>rank</th><th>who</th><th>score</th>" + "".join(f"<th>{_e(c.name)}</th>" for c in cols)
+    rows = []
+    for rank, entry in enumerate(board(service), start=1):
+        name = pseudonym(secret, entry["student"])
+        if entry["student"] == who.student:
+            name += " (you)"
+        elif who.student is None:
+            name += f" · {entry['student']}"
+        vals = "".join(f"<td class=num>{_e(entry['values'].get(c.name, '–'))}</td>" for c in cols)
+        rows.append(f"<tr><td class=num>{rank}</td><td>{_e(name)}</td>"
+                    f"<td class=num>{entry['score']:.2f} / {entry['max_score']:.2f}</td>{vals}</tr>")
+    table = f"<table><tr>{head}</tr>{''.join(rows)}</table>" if rows else "<p class=muted>No check graded yet.</p>"
+    return layout(service, "Leaderboard", "<h2>Best check of each student</h2>" + table, who)
+
+
+def login_page(service: Service, message: str = "", status: int = 200) -> HTMLResponse:
+    note = f"<div class='box error'>{_e(message)}</div>" if message else ""
+    body = (note + "<div class=box><form method=post action=/login><p>Your token (from your instructor):</p>"
+            "<p><input type=password name=token autocomplete=off required> <button>Log in</button></p></form></div>")
+    return layout(service, "Log in", body, status=status)
+
+
+# -- handlers -------------------------------------------------------------------------------
+def _service(request: Request) -> Service:
+    return request.app.state.service
+
+
+def _cookie_who(request: Request) -> Identity | None:
+    try:
+        return identify(_service(request).store, request.cookies.get(COOKIE))
+    except Refused:
+        return None
+
+
+def _same_origin(request: Request) -> bool:
+    """A form posted from another site: the SameSite cookie already stays behind; this says so."""
+    origin = request.headers.get("origin")
+    return origin is None or origin == "null" or urlsplit(origin).netloc == request.headers.get("host")
+
+
+def home(request: Request) -> Response:
+    who = _cookie_who(request)
+    if who is None:
+        return login_page(_service(request))
+    return student_home(_service(request), who) if who.student else instructor_home(_service(request), who)
+
+
+async def login(request: Request) -> Response:
+    service = _service(request)
+    if not _same_origin(request):
+        return plain_error(403, "a form from another site cannot log in here")
+    form = await request.form(max_files=0, max_fields=2, max_part_size=4096)
+    token = str(form.get("token") or "").strip()
+    try:
+        await run_in_threadpool(identify, service.store, token)
+    except Refused as exc:
+        return login_page(service, exc.message, status=exc.status)
+    response = RedirectResponse("/", status_code=303)
+    response.set_cookie(COOKIE, token, httponly=True, samesite="strict", secure=request.url.scheme == "https",
+                        max_age=180 * 24 * 3600)
+    return response
+
+
+async def logout(request: Request) -> Response:
+    response = RedirectResponse("/", status_code=303)
+    response.delete_cookie(COOKIE, httponly=True, samesite="strict")
+    return response
+
+
+async def upload(request: Request) -> Response:
+    service = _service(request)
+    who = await run_in_threadpool(_cookie_who, request)
+    if who is None:
+        return login_page(service, "log in with your token first", status=401)
+    if not _same_origin(request):
+        return plain_error(403, "a form from another site cannot submit here")
+    try:
+        kind, data = await _form_file(request)
+        row = await run_in_threadpool(intake.submit, service, who, kind, data)
+    except Refused as exc:
+        if who.student is None:
+            return plain_error(exc.status, exc.message)
+        return await run_in_threadpool(student_home, service, who, exc.message, exc.status)
+    return RedirectResponse(f"/submissions/{row['id']}", status_code=303)
+
+
+async def _form_file(request: Request) -> tuple[str | None, bytes]:
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        raise Refused(400, "send the file from the page's form (multipart/form-data)")
+    body = await intake.read_body(request, intake.MAX_UPLOAD + FORM_OVERHEAD)
+
+    async def stream():
+        yield body
+    try:
+        form = await MultiPartParser(request.headers, stream(), max_files=1, max_fields=4,
+                                     max_part_size=4096).parse()
+    except Exception:          # python-multipart's and Starlette's parse errors have no common base
+        raise Refused(400, "the form could not be read: send it again from the page") from None
+    file = form.get("file")
+    if not isinstance(file, UploadFile):
+        raise Refused(400, "no file was chosen")
+    data = await file.read(intake.MAX_UPLOAD + 1)
+    if len(data) > intake.MAX_UPLOAD:
+        raise intake.too_large()
+    kind = form.get("kind")
+    return (kind if isinstance(kind, str) else None), data
+
+
+def submission(request: Request) -> Response:
+    who = _cookie_who(request)
+    if who is None:
+        return login_page(_service(request), "log in with your token first", status=401)
+    try:
+        sub_id = int(request.path_params["id"])
+    except ValueError:
+        return plain_error(404, "no such submission")
+    return submission_page(_service(request), who, sub_id)
+
+
+def leaderboard(request: Request) -> Response:
+    who = _cookie_who(request)
+    if who is None:
+        return login_page(_service(request), "log in with your token first", status=401)
+    return leaderboard_page(_service(request), who)
+
+
+def course_file(request: Request) -> Response:
+    """A file of the course's summary/, autograded/ or feedback/ folder, for the instructor: the
+    class summary's page links to reports and feedback by relative paths into the course."""
+    who = _cookie_who(request)
+    if who is None or who.student is not None:
+        return plain_error(403, "only the instructor sees the course's files")
+    root = _service(request).course.root.resolve()
+    rel = request.path_params["path"]
+    parts = Path(rel).parts
+    if not parts or parts[0] not in COURSE_FOLDERS or any(p in ("..", ".") or p.startswith(".") for p in parts):
+        return plain_error(404, "no such file")
+    path = root.joinpath(*parts)
+    try:
+        # Nothing in the way may be a link: a student's folder could hold one pointing anywhere.
+        for i in range(1, len(parts) + 1):
+            if stat.S_ISLNK(os.lstat(root.joinpath(*parts[:i])).st_mode):
+                return plain_error(404, "no such file")
+        if not path.is_file():
+            return plain_error(404, "no such file")
+    except OSError:
+        return plain_error(404, "no such file")
+    media = {".md": "text/plain; charset=utf-8", ".json": "application/json", ".log": "text/plain; charset=utf-8"}
+    return FileResponse(path, media_type=media.get(path.suffix))
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/", home, methods=["GET"]),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/upload", upload, methods=["POST"]),
+        Route("/submissions/{id}", submission, methods=["GET"]),
+        Route("/leaderboard", leaderboard, methods=["GET"]),
+        Route("/course/{path:path}", course_file, methods=["GET"]),
+    ]

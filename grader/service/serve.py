@@ -1,0 +1,122 @@
+"""`python -m grader serve`: the grading service for one assignment of one course
+(docs/service.md). One service per course database: a second one on the same course is refused,
+since both would take the same queued submissions."""
+from __future__ import annotations
+
+import datetime
+import sys
+from pathlib import Path
+
+from ..assignment import Assignment, AssignmentError
+from ..course import Course
+from ..course_lock import CourseBusy, CourseLock, LockUnavailable
+
+LOCK_NAME = ".grade-service.lock"
+
+
+def parse_deadline(text: str | None) -> datetime.datetime | None:
+    """The deadline as naive UTC (the store's times); ValueError says what is wrong with it."""
+    if not text:
+        return None
+    try:
+        t = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"--deadline {text!r} is not an ISO-8601 time (e.g. 2026-03-01T23:59:00+01:00)") from None
+    if t.tzinfo is not None:
+        t = t.astimezone(datetime.timezone.utc)
+    return t.replace(tzinfo=None)
+
+
+def main(args) -> int:
+    from ..batch import default_timeout
+    from ..leftovers import sweep
+    from ..machines import DeviceUnavailable, default_jobs, resolve_device
+    try:
+        assignment = Assignment.find(args.assignment)
+        deadline = parse_deadline(args.deadline)
+        device = resolve_device(args.device)
+    except (AssignmentError, ValueError, DeviceUnavailable) as exc:
+        return _fail(str(exc))
+    root = Path(args.course)
+    if not root.is_dir():
+        return _fail(f"no course folder at {root}")
+    jobs = default_jobs(device) if args.jobs is None else args.jobs
+    if jobs < 1:
+        return _fail("--jobs must be at least 1")
+    if args.checks_per_hour < 0:
+        return _fail("--checks-per-hour must be 0 (no limit) or more")
+    if not 0 < args.port < 65536:
+        return _fail(f"--port {args.port} is not a port number")
+    lock = CourseLock(root)
+    lock.path = root / LOCK_NAME
+    try:
+        lock.acquire()
+    except CourseBusy:
+        return _fail(f"another grading service serves this course ({lock.holder()})")
+    except LockUnavailable as exc:
+        return _fail(str(exc))
+    try:
+        return _serve(args, Course(root, assignment), device, jobs, deadline, default_timeout, sweep)
+    finally:
+        lock.release()
+
+
+def _serve(args, course: Course, device: str, jobs: int, deadline, default_timeout, sweep) -> int:
+    import sqlalchemy as sa
+    import uvicorn
+
+    from .app import create
+    from .intake import Service
+    from .queue import Graders
+    from .store import Store, default_url
+
+    url = args.db or default_url(course.root)
+    try:
+        store = Store(url)
+    except (sa.exc.SQLAlchemyError, ImportError) as exc:
+        return _fail(f"cannot open the service's database {_safe(url)}: {str(exc).splitlines()[0]}")
+    swept = sweep(course.root)
+    if swept:
+        _say(f"removed what a service or grade-all that died left: {', '.join(swept)}")
+    requeued = store.recover()
+    if requeued:
+        _say(f"{requeued} grading{'s were' if requeued != 1 else ' was'} in flight when the service stopped: "
+             "queued again")
+    graders = Graders(course, store, device, jobs, args.timeout or default_timeout(course), warm=not args.cold,
+                      say=_say)
+    if graders.slots.note:
+        _say(graders.slots.note)
+    service = Service(course, store, deadline, args.checks_per_hour or None, graders, device)
+    app = create(service, on_shutdown=[graders.stop, store.close])
+    graders.start()
+    _say(f"serving {course.assignment.id} of {course.root} on http://{args.host}:{args.port} ({device}, {jobs} "
+         f"at once; database {_safe(url)})")
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
+                            proxy_headers=True, forwarded_allow_ips="127.0.0.1", timeout_graceful_shutdown=10)
+    try:
+        uvicorn.Server(config).run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if not graders.stopping:          # uvicorn never started (the port is taken): its shutdown did not run
+            graders.stop()
+            store.close()
+    return 0
+
+
+def _safe(url: str) -> str:
+    """A URL as it may be printed: without its password."""
+    from sqlalchemy.engine import make_url
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "(unreadable URL)"
+
+
+def _say(text: str) -> None:
+    print(f"grader serve: {text}", file=sys.stderr, flush=True)
+
+
+def _fail(message: str) -> int:
+    print(f"grader: {message}", file=sys.stderr)
+    return 2

@@ -1,0 +1,149 @@
+"""Who a request comes from: a student's or the instructor's token.
+
+A token is `secrets.token_urlsafe(32)` (256 random bits), shown once when it is made and stored
+only as its SHA-256: a copy of the database gives no one a way in. A fast hash suffices for
+random tokens of that length (there is nothing to guess a dictionary of), and the stored digest is
+compared with hmac.compare_digest. A revoked token is kept, marked, so that it gets 403 ("this
+token was revoked") rather than 401 ("no such token").
+
+    python -m grader tokens --course COURSE --add STUDENT...     one new token per student
+    python -m grader tokens --course COURSE --from-gradebook     every student of nbgrader's gradebook
+    python -m grader tokens --course COURSE --revoke STUDENT...  every live token of these students
+    python -m grader tokens --course COURSE --instructor         a new instructor token
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from .store import Store, default_url, now, tokens
+
+# A student id names a folder of the course (submitted/<student>/): nbgrader's ids, no path in them.
+STUDENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}")
+INSTRUCTOR = "instructor"
+
+
+@dataclass(frozen=True)
+class Identity:
+    student: str | None          # None: the instructor
+
+    @property
+    def role(self) -> str:
+        return INSTRUCTOR if self.student is None else "student"
+
+
+class Refused(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "replace")).hexdigest()
+
+
+def valid_student(student: str) -> bool:
+    return STUDENT_ID.fullmatch(student) is not None and student != INSTRUCTOR
+
+
+def issue(store: Store, student: str | None) -> str:
+    if student is not None and not valid_student(student):
+        raise ValueError(f"{student!r} is not a student id this course can hold (letters, digits and _ . @ + -, "
+                         "starting with a letter or digit, at most 100 characters)")
+    token = secrets.token_urlsafe(32)
+    with store.write, store.engine.begin() as c:
+        c.execute(tokens.insert().values(digest=digest(token), student=student, created_at=now()))
+    return token
+
+
+def revoke(store: Store, student: str | None) -> int:
+    """Revoke every live token of `student` (None: every instructor token); how many."""
+    who = tokens.c.student.is_(None) if student is None else tokens.c.student == student
+    with store.write, store.engine.begin() as c:
+        return c.execute(tokens.update().where(who, tokens.c.revoked_at.is_(None)).values(revoked_at=now())).rowcount
+
+
+def identify(store: Store, token: str | None) -> Identity:
+    """The token's owner; Refused(401) for none or an unknown one, Refused(403) for a revoked one."""
+    if not token:
+        raise Refused(401, "no token: send the header 'Authorization: Bearer <your token>'")
+    wanted = digest(token)
+    with store.engine.connect() as c:
+        row = c.execute(sa.select(tokens.c.digest, tokens.c.student, tokens.c.revoked_at)
+                        .where(tokens.c.digest == wanted)).first()
+    if row is None or not hmac.compare_digest(row.digest, wanted):
+        raise Refused(401, "this token is not known here: check that you copied it whole, or ask your instructor")
+    if row.revoked_at is not None:
+        raise Refused(403, "this token was revoked: ask your instructor for a new one")
+    return Identity(row.student)
+
+
+def bearer(header: str | None) -> str | None:
+    if not header:
+        return None
+    scheme, _, value = header.partition(" ")
+    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+# -- the command line (grader/service/cli.py parses it) ----------------------------------
+def main(args) -> int:
+    root = Path(args.course)
+    if not root.is_dir():
+        return _fail(f"no course folder at {root}")
+    try:
+        store = Store(args.db or default_url(root))
+    except sa.exc.SQLAlchemyError as exc:
+        return _fail(f"cannot open the service's database: {exc.__class__.__name__}: {str(exc).splitlines()[0]}")
+    try:
+        if args.revoke:
+            for student in args.revoke:
+                n = revoke(store, student)
+                print(f"{student} revoked {n} token{'s' * (n != 1)}")
+            return 0
+        if args.instructor:
+            print(f"{INSTRUCTOR} {issue(store, None)}")
+            return 0
+        students = args.add or _gradebook_students(root, args.gradebook)
+        if students is None:
+            return 2
+        bad = [s for s in students if not valid_student(s)]
+        if bad:
+            return _fail(f"not student ids this course can hold: {', '.join(map(repr, bad))} (letters, digits and "
+                         "_ . @ + -, starting with a letter or digit)")
+        for student in students:
+            print(f"{student} {issue(store, student)}")
+        return 0
+    finally:
+        store.close()
+
+
+def _gradebook_students(root: Path, url: str | None) -> list[str] | None:
+    from ..gradebook import default_db_url
+    url = url or default_db_url(root)
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
+        _fail(f"no gradebook at {url[len('sqlite:///'):]}: give --add STUDENT..., or --gradebook URL")
+        return None
+    try:
+        from nbgrader.api import Gradebook
+    except ImportError:
+        _fail("nbgrader is not installed: give the students with --add STUDENT...")
+        return None
+    with Gradebook(url) as gb:
+        students = sorted(s.id for s in gb.students)
+    if not students:
+        _fail("the gradebook lists no student")
+        return None
+    return students
+
+
+def _fail(message: str) -> int:
+    print(f"grader: {message}", file=sys.stderr)
+    return 2
