@@ -81,9 +81,10 @@ repository: anyone with the token can submit as you.
   chose to show before the deadline) and a last line `score: X / Y`. Checks are
   limited per hour; beyond that the service says when you can check again.
 - `make submit` hands `{submission}` in: that is the copy that is graded, and
-  it is graded as a check too, so you see its feedback. You may hand in again;
-  the latest hand-in is the one graded. One made after the deadline is kept and
-  marked late, and you are told so.
+  it is graded as a check too, so you see its feedback (and it counts as one of
+  the hour's checks: once they are used, a hand-in is still accepted, but graded
+  only after the deadline). You may hand in again; the latest hand-in is the one
+  graded. One made after the deadline is kept and marked late, and you are told so.
 - `make status` shows who the token belongs to, the checks left this hour and
   the deadline; `make history` lists your submissions, and
   `python submit.py history ID` shows one report again.

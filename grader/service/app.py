@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from . import intake, pages, views
 from .intake import QuotaRefused, Service
-from .store import iso
+from .store import FILED, iso
 from .tokens import Identity, Refused, bearer, identify
 
 log = logging.getLogger("grader.service")
@@ -43,7 +43,13 @@ def public(service: Service, row: dict, who: Identity, report: dict | None) -> d
     out["finished_at"] = iso(row["finished_at"])
     out["feedback"] = None
     out["error"] = None
-    if row["status"] == "done" and report is not None:
+    if row["status"] == FILED:
+        # Done as far as the client is concerned: nothing more will come of it before grade-all.
+        out["status"] = "done"
+        out["feedback"] = (f"Handed in: your {service.assignment.submission} is filed for grading after the "
+                           "deadline. You had used this hour's gradings, so it was not graded now; a check "
+                           "once the hour has room shows its score.\n")
+    elif row["status"] == "done" and report is not None:
         out["feedback"] = views.shown(report, row["student"], service.assignment.visibility, service.past_deadline())
     elif row["status"] == "error":
         out["error"] = (row["error"] or "").strip()[-4000:] if who.student is None else (

@@ -71,8 +71,8 @@ def submit(service: Service, who: Identity, kind: str | None, data: bytes) -> di
     except QuotaExceeded as exc:
         wait = max(1, math.ceil((exc.retry_at - now()).total_seconds()))
         raise QuotaRefused(f"you have used all {exc.limit} checks of this hour; the next one can be sent at "
-                           f"{_when(exc.retry_at)} (in {_duration(wait)}). A hand-in is never limited",
-                           wait) from None
+                           f"{_when(exc.retry_at)} (in {_duration(wait)}). A hand-in is still accepted and "
+                           "filed, though not graded until then", wait) from None
     if service.graders is not None:
         service.graders.poke()
     return row

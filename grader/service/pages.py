@@ -29,7 +29,7 @@ from starlette.routing import Route
 
 from . import intake, views
 from .intake import Service
-from .store import iso
+from .store import FILED, iso
 from .tokens import Identity, Refused, identify
 
 COOKIE = "grader_token"
@@ -179,6 +179,9 @@ def submission_page(service: Service, who: Identity, sub_id: int) -> HTMLRespons
         body += ("<div class='box error'>The grader failed on this submission twice, not because of the code in it. "
                  + ("What it said:</div><pre>" + _e((row["error"] or "")[-4000:]) + "</pre>" if who.student is None
                     else "Your instructor can see why. Sending it again later is safe.</div>"))
+    elif row["status"] == FILED:
+        body += ("<div class=box>Filed for grading after the deadline. It was not graded now: the hour's "
+                 "gradings were used up. A check once the hour has room shows its score.</div>")
     else:
         body += "<p class=muted>This page refreshes itself until the report is in.</p>"
     if who.student is None:

@@ -46,7 +46,7 @@ submissions = sa.Table(
     sa.Column("submitted_at", sa.DateTime, nullable=False),
     sa.Column("late", sa.Boolean, nullable=False),
     sa.Column("turn", sa.Integer, nullable=False),
-    sa.Column("status", sa.String(16), nullable=False, index=True),    # queued | grading | done | error
+    sa.Column("status", sa.String(16), nullable=False, index=True),    # queued | grading | done | error | filed
     sa.Column("failures", sa.Integer, nullable=False),                 # gradings the grader failed on
     sa.Column("started_at", sa.DateTime),
     sa.Column("finished_at", sa.DateTime),
@@ -98,6 +98,9 @@ def make_engine(url: str) -> sa.Engine:
     return sa.create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
 
+FILED = "filed"        # a hand-in over the hour's gradings: in the course folder, not graded now
+
+
 class QuotaExceeded(Exception):
     def __init__(self, limit: int, retry_at: datetime.datetime):
         super().__init__(f"{limit} checks an hour")
@@ -146,21 +149,27 @@ class Store:
         (a hand-in's move into the course folder)."""
         t = now()
         with self.write, self.engine.begin() as c:
-            if kind == "check" and checks_per_hour is not None:
+            status = "queued"
+            if checks_per_hour is not None:
                 recent = self._recent_checks(c, student, t)
                 if len(recent) >= checks_per_hour:
-                    raise QuotaExceeded(checks_per_hour, recent[len(recent) - checks_per_hour] + HOUR)
+                    if kind == "check":
+                        raise QuotaExceeded(checks_per_hour, recent[len(recent) - checks_per_hour] + HOUR)
+                    # Graded, a hand-in is a check with feedback: unlimited, it would lift the
+                    # quota. It is never refused (it is the official one), only not graded now.
+                    status = FILED
             if before_insert is not None:
                 before_insert()
-            turn = self._next_turn(c, student)
+            turn = self._next_turn(c, student) if status == "queued" else 0
             new_id = c.execute(submissions.insert().values(
                 student=student, kind=kind, data=data, sha256=sha256, submitted_at=t, late=late, turn=turn,
-                status="queued", failures=0)).inserted_primary_key[0]
+                status=status, failures=0)).inserted_primary_key[0]
         return self.get(new_id)
 
     def _recent_checks(self, c, student: str, t: datetime.datetime) -> list[datetime.datetime]:
+        """When the student's gradings of the last hour were sent: checks, and hand-ins graded as one."""
         return list(c.execute(sa.select(submissions.c.submitted_at).where(
-            submissions.c.student == student, submissions.c.kind == "check",
+            submissions.c.student == student, submissions.c.status != FILED,
             submissions.c.submitted_at > t - HOUR).order_by(submissions.c.submitted_at)).scalars())
 
     def checks_left(self, student: str, checks_per_hour: int | None) -> tuple[int | None, datetime.datetime | None]:

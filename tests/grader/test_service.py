@@ -147,7 +147,13 @@ def test_quota_one_grading_in_flight_and_round_robin(served):
     assert "next one can be sent at" in over.body["error"] and "UTC" in over.body["error"]
     me = server.request("GET", "/api/me", toks["dave"]).body
     assert me["checks_left_this_hour"] == 0 and me["role"] == "student" and me["student"] == "dave"
-    assert server.submit(toks["dave"], svc.unique(GOOD, "dave hand-in"), kind="hand-in").status == 202
+    # The hand-in is the official one: accepted, and filed where grade-all reads it. Graded, it would
+    # be one more check with feedback, so over the hour's gradings it is not graded now.
+    hand_in = server.submit(toks["dave"], svc.unique(GOOD, "dave hand-in"), kind="hand-in")
+    assert hand_in.status == 202, hand_in.body
+    filed = server.wait(toks["dave"], hand_in.body["id"])
+    assert filed["status"] == "done" and filed["score"] is None and "not graded now" in filed["feedback"], filed
+    assert (server.course / "submitted" / "dave" / "toy_add").is_dir()
     done = [server.wait(toks["dave"], a.body["id"]) for a in burst] + [server.wait(toks["erin"], other.body["id"])]
     assert [d["score"] for d in done] == [90.0] * QUOTA + [60.0]
     runs = {g["submission_id"]: g for g in rows(server, tables.gradings) if g["outcome"] == "report"}

@@ -126,11 +126,14 @@ def test_a_grading_that_goes_away_takes_the_host_down_with_its_workers(tmp_path)
     try:
         proc = _grade(TOY, SUBMISSIONS / "writes_while_hanging.py", tmp_path / "h.json", "cpu", host, wait=False)
         first_host = host.proc.pid
-        deadline = time.monotonic() + 60
+        # A host's start (torch's import) and a worker's uid probe took seconds alone but over a
+        # minute once in a loaded full `make test`, where the last tests run.
+        deadline = time.monotonic() + 180
         while not descendants(first_host) and time.monotonic() < deadline:
             time.sleep(0.1)          # the session's submission worker is up
-        assert descendants(first_host), (f"no worker in the host after 60 s (host exit {host.proc.poll()}, "
-                                         f"grading exit {proc.poll()}):\n{host.log_tail()}")
+        assert descendants(first_host), (f"no worker in the host after 180 s (host exit {host.proc.poll()}, "
+                                         f"grading exit {proc.poll()}, host threads {_states(first_host)}):\n"
+                                         f"{host.log_tail()}")
         time.sleep(2)
         os.killpg(proc.pid, signal.SIGTERM)      # as grade-all stops a grading past its time
         proc.wait(timeout=60)
@@ -142,6 +145,18 @@ def test_a_grading_that_goes_away_takes_the_host_down_with_its_workers(tmp_path)
         assert report["score"] == report["max_score"], [t["output"] for t in report["tests"] if t["output"]]
     finally:
         host.close()
+
+
+def _states(pid: int) -> list[str]:
+    """What each thread of pid is doing (state and kernel wait channel), for a message."""
+    found = []
+    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
+        try:
+            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            found.append(f"{task.name}:{state}:{(task / 'wchan').read_text().strip()}")
+        except OSError:
+            continue
+    return found
 
 
 def _grading_folders() -> set[str]:
