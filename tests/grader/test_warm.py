@@ -122,7 +122,6 @@ def test_a_grading_that_goes_away_takes_the_host_down_with_its_workers(tmp_path)
     the next grading gets a fresh one. Nothing of the grading is left in the temporary
     folders either, although its worker writes files there until it is killed."""
     host = WarmHost(TOY.folder, "cpu", {})
-    before = _grading_folders()
     try:
         proc = _grade(TOY, SUBMISSIONS / "writes_while_hanging.py", tmp_path / "h.json", "cpu", host, wait=False)
         first_host = host.proc.pid
@@ -139,7 +138,7 @@ def test_a_grading_that_goes_away_takes_the_host_down_with_its_workers(tmp_path)
         proc.wait(timeout=60)
         host.proc.wait(timeout=30)
         assert host.proc.returncode != 0, host.log_tail()
-        assert _grading_folders() <= before, f"left behind: {sorted(_grading_folders() - before)}"
+        assert not _grading_folders(proc.pid), f"left behind: {_grading_folders(proc.pid)}"
         report = _grade(TOY, SUBMISSIONS / "good.py", tmp_path / "g.json", "cpu", host)
         assert host.proc.pid != first_host and _how(report)["session"] == 1, _how(report)
         assert report["score"] == report["max_score"], [t["output"] for t in report["tests"] if t["output"]]
@@ -159,17 +158,21 @@ def _states(pid: int) -> list[str]:
     return found
 
 
-def _grading_folders() -> set[str]:
-    """Every grading's work roots (grader/run.py) now on this machine, with what is inside."""
-    from grader.leftovers import GRADING_PREFIX
+def _grading_folders(pid: int) -> list[str]:
+    """The work roots (grader/run.py) that the grading process `pid` made and left, with what is
+    inside: by their owner marker, so that another run's gradings on this machine do not count."""
+    from grader.leftovers import GRADING_PREFIX, OWNER_FILE
     from grader.sandbox.proxy import shared_tensor_root
-    found = set()
+    found = []
     for parent in {tempfile.gettempdir(), shared_tensor_root() or tempfile.gettempdir()}:
-        for root, dirs, files in os.walk(parent):
-            if root == parent:
-                dirs[:] = [d for d in dirs if d.startswith(GRADING_PREFIX)]
-            found |= {os.path.join(root, n) for n in dirs + files}
-    return found
+        for folder in Path(parent).glob(GRADING_PREFIX + "*"):
+            try:
+                owner = json.loads((folder / OWNER_FILE).read_text())["owner"]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if str(owner).split(":")[0] == str(pid):
+                found += [str(folder)] + [os.path.join(r, n) for r, ds, fs in os.walk(folder) for n in ds + fs]
+    return sorted(found)
 
 
 def test_a_host_takes_only_sessions_of_its_assignment_and_device(tmp_path):
