@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .results import read_or_none
 from .assignment import REPO, Assignment
 from .batch import STOP_GRACE_S, Job, Outcome, Runner
 from .course import Course
@@ -158,7 +159,8 @@ class _SubmititBatch:
     def _task_args(self, chunk: list[Job]) -> tuple:
         # Absolute paths: the task starts in the repository, not where grade-all was started;
         # not resolved, which would follow a link the grading must refuse.
-        return (self._root, self._assignment, [Job(j.sha256, j.file.absolute(), list(j.students)) for j in chunk],
+        return (self._root, self._assignment,
+                [Job(j.sha256, j.file.absolute(), list(j.students), j.report and j.report.absolute()) for j in chunk],
                 self.device, self.timeout_s, self.warm)
 
     def _outcomes(self, chunk: list[Job], sjob, state: str) -> list[Outcome]:
@@ -186,7 +188,7 @@ class _SubmititBatch:
         reports are in place and current (they were not when the batch was planned)."""
         out: list[Outcome] = []
         for job in chunk:
-            report = self.course.read_report(job.students[0])
+            report = read_or_none(job.report) if job.report else self.course.read_report(job.students[0])
             current = self.course.is_current(report, job.sha256, self.device)
             out.append((job, report, "") if current else (job, None, why))
         return out
@@ -416,7 +418,7 @@ def available() -> str | None:
         return "submitit is not installed (pip install -r requirements/instructor.txt)"
     for tool in ("sbatch", "squeue", "scancel", "sinfo"):
         if shutil.which(tool) is None:
-            return f"no {tool} on this machine: run grade-all --executor slurm where Slurm's commands are"
+            return f"no {tool} on this machine: use --executor slurm where Slurm's commands are (a login node)"
     return None
 
 

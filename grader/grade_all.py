@@ -42,6 +42,12 @@ def add_parser(sub) -> None:
     p.add_argument("--files-per-task", type=int, metavar="N",
                    help="files one task grades, one after another in a warm host unless --cold (slurm and "
                         "submitit-local; default: 4)")
+    add_slurm_options(p)
+    p.set_defaults(run=main)
+
+
+def add_slurm_options(p) -> None:
+    """The Slurm options of `--executor slurm` (grade-all, and the grading service's serve)."""
     s = p.add_argument_group("Slurm (--executor slurm); defaults come from assignment.toml")
     s.add_argument("--partition", help="partition to run the tasks in (default: the cluster's default)")
     s.add_argument("--account", help="account to charge")
@@ -54,7 +60,6 @@ def add_parser(sub) -> None:
     s.add_argument("--max-tasks", type=int, metavar="N", help="tasks running at once (the array's %%N)")
     s.add_argument("--sbatch", action="append", default=[], metavar="KEY[=VALUE]",
                    help="one more '#SBATCH --KEY=VALUE' line, e.g. --sbatch qos=high (repeatable)")
-    p.set_defaults(run=main)
 
 
 def main(args) -> int:
@@ -127,19 +132,7 @@ def make_executor(args, course: Course):
     if args.files_per_task is not None:
         tasks["files_per_task"] = args.files_per_task
     if args.executor == "slurm":
-        from . import cluster
-        why = cluster.available()
-        if why:
-            raise ValueError(why)
-        try:
-            options = cluster.SlurmOptions(
-                partition=args.partition, account=args.account, time_min=args.time_limit,
-                gpus_per_task=args.gpus_per_task, cpus_per_task=args.cpus_per_task or 2, mem_gb=args.mem_per_task,
-                max_tasks=args.max_tasks, sbatch=cluster.parse_sbatch(args.sbatch))
-            return cluster.SlurmBatch(course, cluster.slurm_device(args.device, args.partition), timeout_s, options,
-                                      **tasks)
-        except cluster.ClusterError as exc:
-            raise ValueError(str(exc)) from None
+        return slurm_batch(args, course, timeout_s, **tasks)
     try:
         device = resolve_device(args.device)
     except DeviceUnavailable as exc:
@@ -154,6 +147,23 @@ def make_executor(args, course: Course):
         except (ImportError, cluster.ClusterError) as exc:
             raise ValueError(str(exc)) from None
     return LocalBatch(course, device, jobs, timeout_s, warm=not args.cold)
+
+
+def slurm_batch(args, course: Course, timeout_s: float, **tasks):
+    """A SlurmBatch as the Slurm options ask; ValueError says why there can be none here."""
+    from . import cluster
+    why = cluster.available()
+    if why:
+        raise ValueError(why)
+    try:
+        options = cluster.SlurmOptions(
+            partition=args.partition, account=args.account, time_min=args.time_limit,
+            gpus_per_task=args.gpus_per_task, cpus_per_task=args.cpus_per_task or 2, mem_gb=args.mem_per_task,
+            max_tasks=args.max_tasks, sbatch=cluster.parse_sbatch(args.sbatch))
+        return cluster.SlurmBatch(course, cluster.slurm_device(args.device, args.partition), timeout_s, options,
+                                  **tasks)
+    except cluster.ClusterError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _usage(message: str) -> int:

@@ -18,7 +18,8 @@ def _serve_parser(sub) -> None:
     p.add_argument("--course", required=True, help="course folder (nbgrader layout); hand-ins go to its submitted/")
     p.add_argument("--assignment", help="assignment folder (default: the only one under assignment/)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--jobs", type=int, help="gradings at once (default: one per GPU; on the CPU half the cores)")
+    p.add_argument("--jobs", type=int, help="gradings at once (default: one per GPU; on the CPU half the cores; "
+                                           "with --executor slurm, Slurm tasks at once, default 4)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: put a TLS "
                                                        "reverse proxy in front, docs/service.md)")
     p.add_argument("--port", type=int, default=8000)
@@ -31,6 +32,12 @@ def _serve_parser(sub) -> None:
     p.add_argument("--timeout", type=float, help="seconds one grading may take (default: 2 x time budget + 300)")
     p.add_argument("--cold", action="store_true", help="every grading starts its own test process (default: a "
                                                         "warm host per slot, as grade-all)")
+    p.add_argument("--executor", default="local", choices=["local", "slurm"],
+                   help="local: gradings as subprocesses here (default); slurm: each grading one Slurm task, "
+                        "--jobs of them at once (the course folder on a filesystem the nodes share, "
+                        "docs/cluster.md)")
+    from ..grade_all import add_slurm_options
+    add_slurm_options(p)
     p.set_defaults(run=_serve)
 
 

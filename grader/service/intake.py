@@ -16,7 +16,8 @@ from . import hand_in
 from .store import QuotaExceeded, Store, now
 from .tokens import Identity, Refused
 
-MAX_UPLOAD = 2**20          # far above a kernel file; a larger upload is refused before it is read whole
+MAX_UPLOAD = 2**20          # far above a kernel file; a larger upload is refused
+DRAIN_LIMIT = 16 * 2**20    # an upload this large is read to its end before the refusal; a larger one is cut
 KINDS = ("check", "hand-in")
 
 
@@ -79,16 +80,21 @@ def submit(service: Service, who: Identity, kind: str | None, data: bytes) -> di
 
 
 async def read_body(request, limit: int) -> bytes:
-    """The request's body, refused with 413 as soon as it is known to be over `limit`."""
+    """The request's body, refused with 413 when it is over `limit`. An upload up to DRAIN_LIMIT
+    is read to its end (and dropped) first: answered while it was still being sent, the
+    connection closed under the client, which saw a broken pipe instead of the sentence."""
     length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
+    if length is not None and length.isdigit() and int(length) > DRAIN_LIMIT:
         raise too_large()
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
-        if size > limit:
-            raise too_large()
-        chunks.append(chunk)
+        if size > DRAIN_LIMIT:
+            break
+        if size <= limit:
+            chunks.append(chunk)
+    if size > limit:
+        raise too_large()
     return b"".join(chunks)
 
 

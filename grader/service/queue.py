@@ -1,8 +1,8 @@
 """The service's gradings: one worker thread per slot, each taking the next submission from the
 store's round-robin queue and grading it exactly as grade-all does, through batch.Runner (one
 `python -m grader grade` process with its sandbox) in a slot of a machines.SlotPool (with a warm
-host per slot, grader/warm.py). Nothing here grades: it only feeds the engine and files what
-comes back.
+host per slot, grader/warm.py), or as one task of grade-all's Slurm executor (cluster.py) on a
+node. Nothing here grades: it only feeds the engine and files what comes back.
 
 A grading that yields no report is the grader's failure, not the student's (a student's crash,
 hang or syntax error still gets a report that says so): it is queued again once, then kept as an
@@ -28,14 +28,19 @@ WORKER_NICE = 10         # gradings yield the CPU to the front door: status requ
 
 class Graders:
     def __init__(self, course: Course, store: Store, device: str, jobs: int, timeout_s: float,
-                 warm: bool = True, say=print):
+                 warm: bool = True, say=print, cluster=None):
+        """`cluster(folder)`: a cluster.SlurmBatch for one grading (its logs in `folder`); each
+        grading is then one Slurm task, `jobs` of them at once, instead of a slot's subprocess."""
         self.course = course
         self.store = store
         self.jobs = jobs
         self.say = say
         self.runner = Runner(course, device, timeout_s)
+        self.cluster = cluster
+        self.batches: set = set()          # Slurm tasks in flight: cancelled by stop()
         hosts = (lambda env: WarmHost(course.assignment.folder, device, env)) if warm else None
-        self.slots = SlotPool(device, jobs, course.assignment.grading_gpu_bytes, hosts=hosts)
+        self.slots = None if cluster else SlotPool(device, jobs, course.assignment.grading_gpu_bytes, hosts=hosts)
+        self.note = self.slots.note if self.slots else None
         self.scratch = scratch_root(course.root)
         self.wake = threading.Condition()
         self.stopping = False
@@ -56,9 +61,12 @@ class Graders:
             self.stopping = True
             self.wake.notify_all()
         self.runner.stop()
+        for batch in list(self.batches):
+            batch.stop()
         for thread in self.threads:
             thread.join(timeout=60)
-        self.slots.close()
+        if self.slots is not None:
+            self.slots.close()
 
     def _work(self) -> None:
         # Linux keeps a nice value per thread, and the processes a thread starts inherit it: the
@@ -94,7 +102,7 @@ class Graders:
         # own: the grading applies grade-all's rule to it and reads nothing the client named.
         (hand_in / self.course.assignment.submission).write_bytes(claim.data)
         job = Job(claim.sha256, hand_in, [claim.student], report=folder / "report.json")
-        report, why = self.slots.run(self.runner.grade, job)
+        report, why = self._on_cluster(job, folder / "slurm") if self.cluster else self.slots.run(self.runner.grade, job)
         if self.stopping:
             self.store.interrupt(claim, "the service was stopped during the grading")
         elif report is None:
@@ -104,6 +112,20 @@ class Graders:
             self.say(f"graded #{claim.id} ({claim.student}, {claim.kind}): {report.get('score')} / "
                      f"{report.get('max_score')}" + (f"; {reports.problem(report)}" if reports.problem(report) else ""))
         shutil.rmtree(folder, ignore_errors=True)
+
+    def _on_cluster(self, job: Job, folder: Path) -> tuple[dict | None, str]:
+        """One grading as one Slurm task (cluster.grade_task runs it on the node as a slot would)."""
+        batch = self.cluster(folder)
+        self.batches.add(batch)
+        try:
+            if self.stopping:
+                return None, "interrupted"
+            for outcome in batch.run([job]):
+                if outcome is not None:
+                    return outcome[1], outcome[2]
+            return None, "the Slurm task ended without a word about its grading"
+        finally:
+            self.batches.discard(batch)
 
     def _failed(self, claim: Claim, why: str) -> None:
         again = self.store.fail(claim, why)

@@ -31,16 +31,27 @@ def main(args) -> int:
     from ..batch import default_timeout
     from ..leftovers import sweep
     from ..machines import DeviceUnavailable, default_jobs, resolve_device
+    from ..grade_all import SLURM_OPTIONS
+    slurm_only = [f"--{name.replace('_', '-')}" for name in SLURM_OPTIONS if getattr(args, name) not in (None, [])]
+    if slurm_only and args.executor != "slurm":
+        return _fail(f"{', '.join(slurm_only)}: only for --executor slurm")
     try:
         assignment = Assignment.find(args.assignment)
         deadline = parse_deadline(args.deadline)
-        device = resolve_device(args.device)
+        device = resolve_device(args.device) if args.executor == "local" else None
     except (AssignmentError, ValueError, DeviceUnavailable) as exc:
         return _fail(str(exc))
     root = Path(args.course)
     if not root.is_dir():
         return _fail(f"no course folder at {root}")
-    jobs = default_jobs(device) if args.jobs is None else args.jobs
+    if args.executor == "slurm":
+        from ..grade_all import slurm_batch
+        try:       # made once here, so that a cluster that cannot take the gradings is said at start
+            device = slurm_batch(args, Course(root, assignment), 60.0).device
+        except ValueError as exc:
+            return _fail(str(exc))
+        args.device = device            # asked of sinfo once, not at every grading
+    jobs = (default_jobs(device) if args.executor == "local" else 4) if args.jobs is None else args.jobs
     if jobs < 1:
         return _fail("--jobs must be at least 1")
     if args.checks_per_hour < 0:
@@ -82,15 +93,20 @@ def _serve(args, course: Course, device: str, jobs: int, deadline, default_timeo
     if requeued:
         _say(f"{requeued} grading{'s were' if requeued != 1 else ' was'} in flight when the service stopped: "
              "queued again")
-    graders = Graders(course, store, device, jobs, args.timeout or default_timeout(course), warm=not args.cold,
-                      say=_say)
-    if graders.slots.note:
-        _say(graders.slots.note)
+    timeout_s = args.timeout or default_timeout(course)
+    cluster = None
+    if args.executor == "slurm":
+        from ..grade_all import slurm_batch
+        cluster = lambda folder: slurm_batch(args, course, timeout_s, folder=folder)    # noqa: E731
+    graders = Graders(course, store, device, jobs, timeout_s, warm=not args.cold, say=_say, cluster=cluster)
+    if graders.note:
+        _say(graders.note)
     service = Service(course, store, deadline, args.checks_per_hour or None, graders, device)
     app = create(service, on_shutdown=[graders.stop, store.close])
     graders.start()
+    how = "as Slurm tasks" if cluster else "here"
     _say(f"serving {course.assignment.id} of {course.root} on http://{args.host}:{args.port} ({device}, {jobs} "
-         f"at once; database {_safe(url)})")
+         f"at once {how}; database {_safe(url)})")
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
                             proxy_headers=True, forwarded_allow_ips="127.0.0.1", timeout_graceful_shutdown=10)
     try:

@@ -81,6 +81,8 @@ def test_bad_uploads_get_a_status_and_a_sentence(served):
         (server.request("POST", "/api/submissions?kind=final", token, GOOD), 400, "kind must be"),
         (server.request("POST", "/api/submissions", token, GOOD), 400, "kind must be"),
         (server.submit(token, b"x" * (2**20 + 1)), 413, "larger than 1 MiB"),
+        # read to its end before the answer, so the client gets the sentence, not a broken pipe
+        (server.submit(token, b"x" * (5 * 2**20)), 413, "larger than 1 MiB"),
         (server.submit(token, "x = 'caf\u00e9'\n".encode("latin-1")), 415, "not UTF-8"),
         (server.submit(token, b"\x7fELF\x02\x01\x00\x00"), 415, "binary data"),
         (server.submit(toks["instructor"], GOOD), 403, "instructor token cannot submit"),

@@ -297,3 +297,29 @@ def test_without_slurm_these_tests_skip_the_cluster_outside_ci_and_fail_in_it(tm
     out = subprocess.run(cmd + ["-x"], cwd=REPO, env={**env, "CI": "true"}, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 1 and "CI must grade through Slurm" in out.stdout, out.stdout[-3000:]
+
+
+def test_the_grading_service_grades_each_check_as_a_slurm_task(cluster, tmp_path):
+    """`serve --executor slurm`: a check is one Slurm task, graded on its node as a slot grades
+    it, and its report comes back to the service as its own, with the local run's score."""
+    import service_server as svc
+    course = tmp_path / "course"
+    course.mkdir()
+    toks = svc.tokens(course, "--add", "ann")
+    before = _service_tasks()
+    server = svc.start(course, "--executor", "slurm", "--cpus-per-task", "1", "--jobs", "1")
+    try:
+        sent = server.submit(toks["ann"], svc.unique((toy_class.SUBMISSIONS / "good.py").read_bytes(), "ann"))
+        assert sent.status == 202, sent.body
+        done = server.wait(toks["ann"], sent.body["id"], timeout=240)
+        assert (done["status"], done["score"]) == ("done", 90.0), done
+        assert "as Slurm tasks" in server.log_text()
+        assert _service_tasks() > before, "no Slurm task graded the check"
+    finally:
+        server.stop()
+
+
+def _service_tasks() -> int:
+    """Tasks of the toy assignment's gradings squeue still lists as completed."""
+    out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%j|%T"], capture_output=True, text=True)
+    return sum(line == "grade-toy_add|COMPLETED" for line in out.stdout.split())

@@ -1,0 +1,190 @@
+"""A burst of checks at the grading service, as a class sends them the night before the deadline.
+
+    python bench/service_burst.py [--students 8] [--checks 3] [--jobs 3] [--device auto]
+                                  [--out build/service_burst.json]
+
+Starts `python -m grader serve` on loopback for a fresh course, gives each student a token, and
+sends students x checks checks at once: each student's files are reference copies and wrong
+corpus entries, in turn. Then it checks and measures:
+  - every report is its student's own (the report's sha256 is that of the bytes sent),
+  - its score is the score of a one-at-a-time `python -m grader grade` of the same file with the
+    report's seed,
+  - the time from submit to report (median, worst) and the gradings a minute.
+Exit 0 when every check held.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from grader import results  # noqa: E402
+from grader.assignment import Assignment  # noqa: E402
+from grader.corpus import load_corpus  # noqa: E402
+from grader.submit_client import Api, ClientError  # noqa: E402
+
+POLL_S = 0.5
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def files_for(assignment: Assignment, students: int, checks: int, mutants: Path) -> dict[str, list[bytes]]:
+    """Each student's checks: reference copies and wrong entries in turn, every file distinct."""
+    wrong = [e.file.read_bytes() for e in load_corpus(assignment, mutants=mutants)
+             if e.kind == "wrong" and e.device is None]
+    reference = assignment.reference.read_bytes()
+    out, k = {}, 0
+    for s in range(students):
+        files = []
+        for c in range(checks):
+            base = reference if (s + c) % 2 == 0 else wrong[k % len(wrong)]
+            k += (s + c) % 2
+            files.append(base + f"\n# student {s} check {c}\n".encode())
+        out[f"student{s:02d}"] = files
+    return out
+
+
+def start_service(course: Path, assignment: Assignment, device: str, jobs: int) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    log = open(course.parent / "serve.log", "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "grader", "serve", "--course", str(course), "--assignment",
+                             str(assignment.folder), "--device", device, "--jobs", str(jobs), "--port", str(port),
+                             "--checks-per-hour", "0"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return proc, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit(f"service_burst: the service did not start (see {course.parent / 'serve.log'})")
+
+
+def send_and_wait(api: Api, data: bytes, out: dict, timeout_s: float) -> None:
+    sent = time.monotonic()
+    try:
+        first, _ = api.call("POST", "/api/submissions?kind=check", data)
+        sub_id = first["id"]
+        while time.monotonic() - sent < timeout_s:
+            state, _ = api.call("GET", f"/api/submissions/{sub_id}")
+            if state["status"] in ("done", "error"):
+                out.update(state=state, wait_s=time.monotonic() - sent)
+                return
+            time.sleep(POLL_S)
+        out["problem"] = f"no report within {timeout_s:.0f} s"
+    except ClientError as exc:
+        out["problem"] = str(exc)
+
+
+def one_at_a_time(assignment: Assignment, data: bytes, seed: int, device: str, work: Path) -> float | None:
+    folder = Path(tempfile.mkdtemp(dir=work))
+    file = folder / assignment.submission
+    file.write_bytes(data)
+    report = folder / "report.json"
+    subprocess.run([sys.executable, "-m", "grader", "grade", "--assignment", str(assignment.folder), "--submission",
+                    str(file), "--report", str(report), "--device", device, "--seed", str(seed), "--quiet"],
+                   cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    got = results.read_or_none(report)
+    return None if got is None else float(got.get("score", 0.0))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--students", type=int, default=8)
+    ap.add_argument("--checks", type=int, default=3)
+    ap.add_argument("--jobs", type=int, default=3)
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds one check may take from submit to report")
+    ap.add_argument("--out", default="build/service_burst.json")
+    args = ap.parse_args()
+    from grader.machines import resolve_device
+    device = resolve_device(args.device)
+    assignment = Assignment.find(None)
+    work = Path(tempfile.mkdtemp(prefix="service-burst-"))
+    course = work / "course"
+    course.mkdir()
+    try:
+        files = files_for(assignment, args.students, args.checks, work)
+        made = subprocess.run([sys.executable, "-m", "grader", "tokens", "--course", str(course), "--add", *files],
+                              cwd=ROOT, capture_output=True, text=True, check=True)
+        tokens = dict(line.split(" ", 1) for line in made.stdout.splitlines() if line.strip())
+        proc, url = start_service(course, assignment, device, args.jobs)
+        runs = [{"student": s, "data": d} for s, ds in files.items() for d in ds]
+        try:
+            t0 = time.monotonic()
+            threads = [threading.Thread(target=send_and_wait, args=(Api(url, tokens[r["student"]]), r["data"], r,
+                                                                    args.timeout)) for r in runs]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            wall = time.monotonic() - t0
+        finally:
+            proc.terminate()
+            proc.wait(timeout=120)
+        print(f"{len(runs)} checks from {len(files)} students, --jobs {args.jobs}, {device}: {wall:.0f} s, "
+              f"{60 * len(runs) / wall:.1f} gradings a minute", flush=True)
+        bad = 0
+        for r in runs:
+            r["problem"] = r.get("problem") or _own_and_equal(r, assignment, device, work)
+            bad += bool(r["problem"])
+            state = r.get("state") or {}
+            print(f"  {r['student']}: {state.get('score')} / {state.get('max_score')} in {r.get('wait_s', 0):.0f} s"
+                  + (f"  PROBLEM: {r['problem']}" if r["problem"] else ""), flush=True)
+        waits = sorted(r["wait_s"] for r in runs if "wait_s" in r)
+        summary = {"checks": len(runs), "students": len(files), "jobs": args.jobs, "device": device,
+                   "wall_s": round(wall, 1), "gradings_per_minute": round(60 * len(runs) / wall, 2),
+                   "wait_median_s": round(statistics.median(waits), 1) if waits else None,
+                   "wait_worst_s": round(waits[-1], 1) if waits else None, "problems": bad}
+        print("submit to report: median {wait_median_s} s, worst {wait_worst_s} s; {problems} problem(s)"
+              .format(**summary))
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"summary": summary, "runs": [
+            {k: v for k, v in r.items() if k not in ("data", "state")} | {"score": (r.get("state") or {}).get("score")}
+            for r in runs]}, indent=1))
+        return 1 if bad else 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _own_and_equal(run: dict, assignment: Assignment, device: str, work: Path) -> str | None:
+    """Why this check's answer is not its own, or not what a lone grading gives; None when it is."""
+    state = run["state"]
+    if state["status"] != "done" or state.get("score") is None:
+        return f"ended {state['status']}: {state.get('error')}"
+    from grader.service.store import Store, default_url     # the API shows feedback; the report is in the store
+    store = Store(default_url(work / "course"))
+    try:
+        report = store.report(state["id"]) or {}
+    finally:
+        store.close()
+    if results.sha256(report) != hashlib.sha256(run["data"]).hexdigest():
+        return "the report is of another file"
+    seed = (report.get("extra_data") or {}).get("instructor", {}).get("seed")
+    if not isinstance(seed, int):
+        return "the report has no seed"
+    alone = one_at_a_time(assignment, run["data"], seed, device, work)
+    if alone is None or abs(alone - float(state["score"])) > 1e-6:
+        return f"a lone grading with seed {seed} gives {alone}, the service {state['score']}"
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
