@@ -332,10 +332,25 @@ def files_left_by(uid: int | None) -> list[str]:
                     if os.lstat(path).st_uid == uid:
                         found.append(path)
                         dirs[:] = [d for d in dirs if d != name]
+    described = [f"{p} ({_inside(p)}; removed)" for p in found[:10]]
     for path in found:
         with contextlib.suppress(OSError):
             shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
-    return [f"{p} (removed)" for p in found[:10]] + ([f"and {len(found) - 10} more"] if len(found) > 10 else [])
+    return described + ([f"and {len(found) - 10} more"] if len(found) > 10 else [])
+
+
+def _inside(path: str) -> str:
+    """What a leftover holds, newest first, with its owner and age: where the cleanup stopped."""
+    entries = []
+    for parent, dirs, files in os.walk(path):
+        for name in dirs + files:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(parent, name))
+                entries.append((st.st_mtime, os.path.relpath(os.path.join(parent, name), path), st.st_uid))
+    entries.sort(reverse=True)
+    now = time.time()
+    shown = ", ".join(f"{rel} uid {uid} {now - t:.1f} s old" for t, rel, uid in entries[:5])
+    return f"{len(entries)} entries" + (f", newest: {shown}" if shown else "")
 
 
 # -- running -------------------------------------------------------------------------

@@ -11,6 +11,9 @@ import time
 PR_SET_CHILD_SUBREAPER = 36
 
 
+KILL_WAIT_S = 5.0       # a killed process exits in milliseconds; one stuck in the kernel is not waited for longer
+
+
 def become_subreaper() -> bool:
     try:
         return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
@@ -51,21 +54,27 @@ def descendants(root: int, table: dict[int, tuple[int, int]] | None = None) -> l
     return found
 
 
-def kill_tree(root: int, uid: int | None = None) -> None:
-    """SIGKILL cannot be ignored; sweep twice to catch processes forked mid-sweep."""
-    for _ in range(3):
+def kill_tree(root: int, uid: int | None = None, within_s: float = KILL_WAIT_S) -> None:
+    """SIGKILL to root's descendants and, with `uid`, to every process of that uid, again and
+    again until none of them is left alive, for at most `within_s`: a process forked mid-sweep
+    is found by the next, and one still dying is waited for. Once it returns nothing of them
+    writes any more, so their folders can be removed (three fixed sweeps left a child forked
+    during the last one writing in a scratch folder being removed, which then survived)."""
+    deadline = time.monotonic() + within_s
+    while True:
         victims = set(descendants(root))
         if uid is not None:
             victims |= {pid for pid, (_, u) in proc_table().items() if u == uid}
         victims.discard(os.getpid())
-        if not victims:
+        victims = {pid for pid in victims if alive(pid)}
+        if not victims or time.monotonic() > deadline:
             return
         for pid in victims:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        time.sleep(0.05)
+        time.sleep(0.02)
         reap_children()
 
 
