@@ -13,6 +13,7 @@ went away mid-session, a GPU that no longer answers, or MAX_SESSIONS served.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import gc
 import io
 import json
@@ -215,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--exchange", required=True, help="a folder (0711) for the reference's shared tensors")
     p.add_argument("--spare", action="store_true", help="start each grading's worker once the last grading is over")
     args = p.parse_args(argv)
+    # SIGUSR1 prints every thread's stack to the host's log: a host that seems stuck can be asked.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     parent = os.getppid()
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)

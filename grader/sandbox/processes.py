@@ -66,14 +66,16 @@ def kill_tree(root: int, uid: int | None = None, within_s: float = KILL_WAIT_S) 
         if uid is not None:
             victims |= {pid for pid, (_, u) in proc_table().items() if u == uid}
         victims.discard(os.getpid())
-        victims = {pid for pid in victims if alive(pid)}
+        # Zombies too: ours are reaped below, and a caller that counts the uid's processes
+        # next must not find them.
         if not victims or time.monotonic() > deadline:
             return
         for pid in victims:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            if alive(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         time.sleep(0.02)
         reap_children()
 

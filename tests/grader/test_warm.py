@@ -130,6 +130,9 @@ def test_a_grading_that_goes_away_takes_the_host_down_with_its_workers(tmp_path)
         deadline = time.monotonic() + 180
         while not descendants(first_host) and time.monotonic() < deadline:
             time.sleep(0.1)          # the session's submission worker is up
+        if not descendants(first_host) and host.proc.poll() is None:
+            os.kill(first_host, signal.SIGUSR1)      # its threads' stacks, into its log
+            time.sleep(1)
         assert descendants(first_host), (f"no worker in the host after 180 s (host exit {host.proc.poll()}, "
                                          f"grading exit {proc.poll()}, host threads {_states(first_host)}):\n"
                                          f"{host.log_tail()}")
