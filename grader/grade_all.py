@@ -119,13 +119,18 @@ SLURM_OPTIONS = ("partition", "account", "time_limit", "gpus_per_task", "cpus_pe
                  "max_tasks", "sbatch")
 
 
+def check_slurm_options(args) -> None:
+    """ValueError naming the Slurm options given without --executor slurm."""
+    slurm_only = [f"--{name.replace('_', '-')}" for name in SLURM_OPTIONS if getattr(args, name) not in (None, [])]
+    if slurm_only and args.executor != "slurm":
+        raise ValueError(f"{', '.join(slurm_only)}: only for --executor slurm")
+
+
 def make_executor(args, course: Course):
     """The executor the command line asks for; ValueError says why it cannot be had."""
     from .machines import DeviceUnavailable, default_jobs, resolve_device
     timeout_s = args.timeout or default_timeout(course)
-    slurm_only = [f"--{name.replace('_', '-')}" for name in SLURM_OPTIONS if getattr(args, name) not in (None, [])]
-    if slurm_only and args.executor != "slurm":
-        raise ValueError(f"{', '.join(slurm_only)}: only for --executor slurm")
+    check_slurm_options(args)
     if args.files_per_task is not None and args.executor == "local":
         raise ValueError("--files-per-task: only for --executor slurm or submitit-local")
     tasks = {"warm": not args.cold}

@@ -31,10 +31,11 @@ def main(args) -> int:
     from ..batch import default_timeout
     from ..leftovers import sweep
     from ..machines import DeviceUnavailable, default_jobs, resolve_device
-    from ..grade_all import SLURM_OPTIONS
-    slurm_only = [f"--{name.replace('_', '-')}" for name in SLURM_OPTIONS if getattr(args, name) not in (None, [])]
-    if slurm_only and args.executor != "slurm":
-        return _fail(f"{', '.join(slurm_only)}: only for --executor slurm")
+    from ..grade_all import check_slurm_options
+    try:
+        check_slurm_options(args)
+    except ValueError as exc:
+        return _fail(str(exc))
     try:
         assignment = Assignment.find(args.assignment)
         deadline = parse_deadline(args.deadline)
