@@ -11,6 +11,9 @@
 # already runs on 5432 is left alone. The role may create databases: each test makes its own and
 # drops it after, so a test never meets another's rows.
 set -euo pipefail
+# Only the URL goes to stdout, which callers capture: pg_ctlcluster prints its notices there ("Removed stale
+# pid file.", the systemd warning), and one of them once became part of the URL.
+exec 3>&1 1>&2
 
 CLUSTER=grader
 PORT=${GRADER_PG_PORT:-5439}
@@ -62,5 +65,5 @@ fi
 if [ "$(sql "select 1 from pg_database where datname = '$DATABASE'")" != 1 ]; then
   sql "create database $DATABASE owner $ROLE" >/dev/null
 fi
-echo "postgres_local: PostgreSQL $v cluster $CLUSTER up on 127.0.0.1:$PORT, database $DATABASE" >&2
-echo "postgresql+psycopg://$ROLE:$PASSWORD@127.0.0.1:$PORT/$DATABASE"
+echo "postgres_local: PostgreSQL $v cluster $CLUSTER up on 127.0.0.1:$PORT, database $DATABASE"
+echo >&3 "postgresql+psycopg://$ROLE:$PASSWORD@127.0.0.1:$PORT/$DATABASE"

@@ -146,6 +146,10 @@ def postgres_database() -> str:
                         "tools/postgres_local.sh)")
         pytest.skip(f"no PostgreSQL here: set {PG_ENV} (as root: export {PG_ENV}=$(bash tools/postgres_local.sh))")
     import sqlalchemy as sa
+    try:
+        sa.make_url(url)
+    except sa.exc.ArgumentError:
+        pytest.fail(f"{PG_ENV} is not a database URL: {url!r} (tools/postgres_local.sh prints one on its last line)")
     name = f"grader_svc_{uuid.uuid4().hex[:12]}"
     admin = sa.create_engine(url, isolation_level="AUTOCOMMIT")
     try:
