@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,10 +39,11 @@ class Area:
 
     def credit(self, measure: float | None) -> float:
         """Fraction of a passed test's points: 1 without a curve, else the curve at `measure`
-        (piecewise linear, flat beyond its ends); no measure, no credit."""
+        (piecewise linear, flat beyond its ends); no measure, no credit, and none for a NaN,
+        which compares false against every point and so would fall through to the top."""
         if not self.curve:
             return 1.0
-        if measure is None:
+        if measure is None or math.isnan(measure):
             return 0.0
         (x0, y0), *rest = self.curve
         if measure <= x0:

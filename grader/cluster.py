@@ -31,7 +31,7 @@ from .machines import slots
 from .warm import WarmHost
 
 POLL_S = 2.0
-LOG_FOLDER = ".grader-jobs"          # inside the course: hidden from Course.students()
+LOG_FOLDER = ".grader-jobs"          # in the course root, beside submitted/: never taken for a student
 # squeue's states for a task that will not run again. A task gone from squeue has ended too.
 ENDED = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
          "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"}

@@ -1,4 +1,4 @@
-"""Turns on a GPU shared by several gradings at once (`grade-all --per-gpu N`).
+"""Turns on a GPU shared by several gradings at once (`grade-all --jobs N` with N above the GPUs).
 
 A test that times the kernel (it uses the `measure` fixture) must have the GPU to
 itself, or a neighbour's tests would slow it down and cost its author points; every

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
+import math
 import os
 import platform
 import secrets
@@ -228,16 +229,25 @@ def _run_suites(assignment, submission, device, seed, drop_privileges, instructo
         cmd = _pytest_cmd(assignment, submission.resolve(), device, seed, state, drop_privileges, False, protect,
                           roots)
         code, tail, how = _session(cmd, quiet, host)
-        collected = records.read(state, records.COLLECTED, list)
-        pytest_json = records.read(state, records.PYTEST, dict) or {}
-        sandbox = records.read(state, records.SANDBOX, dict) or {}
-        worker = records.read(state, records.WORKER, dict) or {}
-        opened = records.read(state, records.DEVICE, dict) or {}
-        quiet = records.read(state, records.QUIET, dict)
+        return read_state(state, assignment, code, tail, instructor, env, how)
     finally:
         for folder in (state, *roots.values()):
             shutil.rmtree(folder, ignore_errors=True)
-    instructor.update(pytest_exit=code, worker=worker, test_process=how)
+
+
+def read_state(state: Path, assignment: Assignment, code: int, tail: str, instructor: dict, env: dict,
+               how: dict | None = None) -> tuple[list[TestResult], dict, str | None]:
+    """(results, sandbox, problem) from what the test process left in `state` (grader/records.py),
+    trusting none of it: a test the records do not report in the expected shape, once, is an
+    error row that scores nothing, and records that cannot be matched to the hidden tests give
+    no points at all."""
+    collected = records.read(state, records.COLLECTED, list)
+    pytest_json = records.read(state, records.PYTEST, dict) or {}
+    sandbox = records.read(state, records.SANDBOX, dict) or {}
+    worker = records.read(state, records.WORKER, dict) or {}
+    opened = records.read(state, records.DEVICE, dict) or {}
+    quiet = records.read(state, records.QUIET, dict)
+    instructor.update(pytest_exit=code, worker=worker, test_process=how or {})
     if quiet is not None:
         # Whether a timing could tell a busy GPU (gpu_quiet.py): without NVML it cannot.
         sandbox["gpu_quiet_checked"] = quiet.get("checked") is True
@@ -247,33 +257,49 @@ def _run_suites(assignment, submission, device, seed, drop_privileges, instructo
     if collected is None:
         instructor["pytest_tail"] = tail[-6000:]
         return [], sandbox, "the grader could not collect its hidden tests (see extra_data.instructor)"
-    if not all(isinstance(c, dict) and {"nodeid", "area", "contract"} <= set(c)
-               and c["area"] in assignment.areas for c in collected):
+    nodeids = [c.get("nodeid") if isinstance(c, dict) else None for c in collected]
+    if not all(isinstance(c, dict) and {"nodeid", "area", "contract"} <= set(c) and isinstance(c["nodeid"], str)
+               and c["area"] in assignment.areas for c in collected) or len(set(nodeids)) != len(nodeids):
         return [], sandbox, "the grader's record of its tests is damaged; no points can be given"
-    reported = {t.get("nodeid"): t for t in pytest_json.get("tests", []) if isinstance(t, dict)}
+    reports_of: dict[str, list] = {}
+    for t in pytest_json.get("tests", []) if isinstance(pytest_json.get("tests"), list) else []:
+        if isinstance(t, dict):
+            reports_of.setdefault(t.get("nodeid"), []).append(t)
     results, problem = [], None
     if worker.get("import_error"):
-        problem = worker["import_error"]
+        problem = str(worker["import_error"])
     for c in collected:
-        got = reported.get(c["nodeid"])
-        meta = (got or {}).get("metadata")
+        got = reports_of.get(c["nodeid"], [])
+        meta = got[0].get("metadata") if len(got) == 1 else None
         meta = meta if isinstance(meta, dict) else {}
         outcome = meta.get("outcome")
-        if got is None or outcome not in OUTCOMES:
+        if len(got) > 1:
+            results.append(TestResult(c["nodeid"], c["area"], c["contract"], "error",
+                                      "the grading run reported this test more than once; it scores nothing"))
+            problem = problem or "the grader's record of a test is damaged; that test scores nothing"
+            continue
+        if not got or outcome not in OUTCOMES:
             results.append(TestResult(c["nodeid"], c["area"], c["contract"], "error",
                                       "the grading run ended before this test reported"))
             problem = problem or "the grading run ended early; unreported tests score nothing"
             continue
-        duration = sum(float((got.get(w) or {}).get("duration", 0.0)) for w in ("setup", "call", "teardown"))
-        measure = meta.get("measure")
-        measure = float(measure) if isinstance(measure, (int, float)) else None
+        duration = sum(_number((got[0].get(w) or {}).get("duration")) or 0.0 for w in ("setup", "call", "teardown")
+                       if isinstance(got[0].get(w) or {}, dict))
         figures = meta.get("figures")
-        figures = {str(k): float(v) for k, v in figures.items()
-                   if isinstance(v, (int, float)) and not isinstance(v, bool)} if isinstance(figures, dict) else None
+        figures = {str(k): v for k, f in figures.items() if (v := _number(f)) is not None} \
+            if isinstance(figures, dict) else None
         results.append(TestResult(c["nodeid"], c["area"], c["contract"], outcome, str(meta.get("hint", "")),
-                                  duration, measure, figures))
+                                  duration, _number(meta.get("measure")), figures))
     if code == -2:
         problem = "grading was interrupted; tests that had not reported score nothing"
     elif code not in (0, 1) and problem is None and not pytest_json:
         problem = f"the test run ended abnormally (exit {code})"
     return results, sandbox, problem
+
+
+def _number(value) -> float | None:
+    """A finite int or float from a record, else None: JSON's NaN and Infinity, and booleans, are
+    no measure (a NaN compares false against every point of a curve)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None

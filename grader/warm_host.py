@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", choices=["cpu", "cuda"], required=True)
     p.add_argument("--scratch", required=True, help="a folder (0711) for the reference worker's files")
     p.add_argument("--exchange", required=True, help="a folder (0711) for the reference's shared tensors")
-    p.add_argument("--spare", action="store_true", help="start each grading's worker once the last grading is over")
+    p.add_argument("--spare", action="store_true", help="start the next grading's worker as each grading begins")
     args = p.parse_args(argv)
     # SIGUSR1 prints every thread's stack to the host's log: a host that seems stuck can be asked.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
