@@ -177,6 +177,11 @@ class Assignment:
         return tuple(a for a in self.areas if a in reached)
 
     @property
+    def timed_area(self) -> str | None:
+        """The area scored on a measure (its curve), which the class page plots; None if none is."""
+        return next((name for name, a in self.areas.items() if a.curve), None)
+
+    @property
     def total_points(self) -> float:
         return sum(a.points for a in self.areas.values())
 

@@ -26,12 +26,11 @@ from pathlib import Path
 from .results import read_or_none
 from .assignment import REPO, Assignment
 from .batch import STOP_GRACE_S, Job, Outcome, Runner
-from .course import Course
+from .course import JOB_LOGS, Course
 from .machines import slots
 from .warm import WarmHost
 
 POLL_S = 2.0
-LOG_FOLDER = ".grader-jobs"          # in the course root, beside submitted/: never taken for a student
 # squeue's states for a task that will not run again. A task gone from squeue has ended too.
 ENDED = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
          "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"}
@@ -141,7 +140,7 @@ class _SubmititBatch:
         self.timeout_s = timeout_s
         self.files_per_task = files_per_task
         self.warm = warm
-        self.folder = folder or course.root / LOG_FOLDER
+        self.folder = folder or course.root / JOB_LOGS
         self.note: str | None = None
         self.status: dict[str, int] = {}
         self._root = str(course.root.resolve())

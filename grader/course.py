@@ -5,6 +5,9 @@
     autograded/<student>/<assignment>/grading-error.log  why the last grading produced no report
     feedback/<student>/<assignment>/feedback.md          what the student reads
 
+and, beside them, the grader's own files in the course root: the gradebook, the grades CSV,
+the class page and the cluster jobs' logs (named below, here alone).
+
 A report counts for a student only while it matches the submitted file's
 sha256, this grader's version and the assignment (with its suites' fingerprint); anything else is stale.
 """
@@ -17,6 +20,15 @@ from pathlib import Path
 from . import __version__, submission_file
 from . import results as reports
 from .assignment import Assignment
+
+GRADEBOOK = "gradebook.db"         # nbgrader's gradebook, where --db names no other
+SUMMARY = "summary"                # the class page (grader/summary.py)
+JOB_LOGS = ".grader-jobs"          # cluster jobs' scripts and logs: beside submitted/, never a student
+
+
+def gradebook_url(root: str | Path) -> str:
+    """The default gradebook of the course at `root` (SQLite, in the course root)."""
+    return f"sqlite:///{Path(root).resolve() / GRADEBOOK}"
 
 
 
@@ -52,6 +64,14 @@ class Course:
 
     def feedback_path(self, student: str) -> Path:
         return self._folder("feedback", student) / "feedback.md"
+
+    def timestamp_path(self, student: str) -> Path:
+        """nbgrader's record of when the student submitted, beside the hand-in."""
+        return self.submission_folder(student) / submission_file.TIMESTAMP
+
+    @property
+    def grades_csv(self) -> Path:
+        return self.root / f"grades-{self.assignment.id}.csv"
 
     def students(self) -> list[str]:
         top = self.root / "submitted"

@@ -1,8 +1,10 @@
-"""Writing a file so that a reader sees the old one or the new one, never half of either."""
+"""Writing a file so that a reader sees the old one or the new one, never half of either; and the
+machine-wide folders that must be the grader's alone."""
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -34,3 +36,15 @@ def atomic_write(path: Path, data: str | bytes) -> None:
     else:
         with replacing(path, "w", encoding="utf-8") as f:
             f.write(data)
+
+
+def private_folder(folder: Path) -> Path:
+    """`folder`, made if missing (mode 0700), once it is a real folder of this user that nobody
+    else may enter: under /tmp anyone could have made it first, and then read or remove the
+    locks the grader keeps there."""
+    folder = Path(folder)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise RuntimeError(f"{folder} is not a private folder of ours; refusing to use it")
+    return folder

@@ -38,6 +38,8 @@ import threading
 import time
 from pathlib import Path
 
+from .files import private_folder
+
 LOCK_DIR_ENV = "GRADER_GPU_LOCK_DIR"
 EXCLUSIVE_WAIT_S = 30.0     # the longest test that shares the GPU takes about 5 s on the H200
 HOLD_S = 90.0               # a timing test's turn: past one call's timeout (60 s), which only a stuck test reaches
@@ -57,9 +59,7 @@ class Turn:
 
 
 def lock_dir() -> Path:
-    folder = Path(os.environ.get(LOCK_DIR_ENV) or Path(tempfile.gettempdir()) / "grader-gpu-turns")
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return folder
+    return private_folder(Path(os.environ.get(LOCK_DIR_ENV) or Path(tempfile.gettempdir()) / "grader-gpu-turns"))
 
 
 @functools.cache

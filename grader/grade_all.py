@@ -9,10 +9,10 @@ import signal
 import sys
 from pathlib import Path
 
-from . import batch, gradebook, leftovers
+from . import batch, leftovers
 from .assignment import Assignment, AssignmentError
 from .batch import BatchResult, LocalBatch, default_timeout, grade_all, publish
-from .course import Course
+from .course import Course, gradebook_url
 from .course_lock import BUSY_EXIT, CourseBusy, CourseLock, LockUnavailable
 
 def add_parser(sub) -> None:
@@ -106,8 +106,8 @@ def _run(args, course: Course) -> int:
     except RuntimeError as exc:          # the cluster refused the batch
         print(f"grader: {exc}", file=sys.stderr)
         return 1
-    csv_path = Path(args.csv) if args.csv else course.root / f"grades-{course.assignment.id}.csv"
-    db_url = None if args.no_gradebook else (args.db or gradebook.default_db_url(course.root))
+    csv_path = Path(args.csv) if args.csv else course.grades_csv
+    db_url = None if args.no_gradebook else (args.db or gradebook_url(course.root))
     notes = publish(course, result.rows, csv_path, db_url)
     print(describe(result, executor.describe()))
     for note in notes:

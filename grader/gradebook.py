@@ -37,10 +37,6 @@ def _num(x: float) -> str:
     return f"{x:.4f}".rstrip("0").rstrip(".")
 
 
-def default_db_url(course: Path) -> str:
-    return f"sqlite:///{course.resolve() / 'gradebook.db'}"
-
-
 def update(course: Course, rows: list[Row], db_url: str) -> None:
     from nbgrader.api import Grade, Gradebook
     from sqlalchemy.exc import SAWarning
@@ -91,7 +87,7 @@ def _timestamp(course: Course, student: str) -> str:
     from nbgrader.utils import parse_utc
 
     folder = course.submission_folder(student)
-    stamp = folder / "timestamp.txt"
+    stamp = course.timestamp_path(student)
     if stamp.is_file():
         text = stamp.read_text(errors="replace").strip()
         try:

@@ -7,6 +7,9 @@ import json
 from pathlib import Path
 
 
+INTERRUPTED = -2       # the pytest exit grader/run.py records when it caught SIGINT or SIGTERM
+
+
 class ReportError(ValueError):
     """A file that should hold a report does not: truncated, not JSON, or not the grader's report."""
 
@@ -70,8 +73,8 @@ def regrade(report: dict) -> str | None:
 
 
 def interrupted(report: dict) -> bool:
-    """The grader caught SIGINT or SIGTERM while its suites ran (grader/run.py's exit -2)."""
-    return _extra(report, "instructor").get("pytest_exit") == -2
+    """The grader caught SIGINT or SIGTERM while its suites ran."""
+    return _extra(report, "instructor").get("pytest_exit") == INTERRUPTED
 
 
 def sandbox(report: dict) -> dict:

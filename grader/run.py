@@ -23,6 +23,7 @@ from . import report as reports
 from . import warm
 from .assignment import REPO, Assignment
 from .machines import resolve_device
+from .results import INTERRUPTED
 from .sandbox.processes import become_subreaper, kill_tree
 from .sandbox.proxy import shared_tensor_root
 from .scoring import OUTCOMES, TestResult, score
@@ -154,10 +155,10 @@ def _session(cmd: list[str], quiet: bool, host: str | None) -> tuple[int, str, d
         try:
             got = warm.run_session(host, cmd[3:], quiet, SUITE_TIMEOUT_S, tail, how)
         except Interrupted as exc:
-            got = -2, how
+            got = INTERRUPTED, how
             tail.append(f"interrupted by {exc}\n")
         if got is not None:
-            cut = got[0] in (-2, -9)         # interrupted here, or timed out / the host ended
+            cut = got[0] in (INTERRUPTED, warm.SESSION_CUT)
             if cut and not warm.wait_session_ended(how):
                 how["host_outlived_cut"] = True       # its folders are removed all the same
             how.pop("host_identity", None)
@@ -188,7 +189,7 @@ def _pytest(cmd: list[str], quiet: bool) -> tuple[int, str]:
             tail.append(f"stopped after {SUITE_TIMEOUT_S} s\n")
     except Interrupted as exc:
         tail.append(f"interrupted by {exc}\n")
-        code = -2
+        code = INTERRUPTED
     finally:
         watchdog.cancel()
         kill_tree(os.getpid())      # pytest, its workers, and whatever they left re-parented to us
@@ -290,7 +291,7 @@ def read_state(state: Path, assignment: Assignment, code: int, tail: str, instru
             if isinstance(figures, dict) else None
         results.append(TestResult(c["nodeid"], c["area"], c["contract"], outcome, str(meta.get("hint", "")),
                                   duration, _number(meta.get("measure")), figures))
-    if code == -2:
+    if code == INTERRUPTED:
         problem = "grading was interrupted; tests that had not reported score nothing"
     elif code not in (0, 1) and problem is None and not pytest_json:
         problem = f"the test run ended abnormally (exit {code})"

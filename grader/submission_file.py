@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # nbgrader's own bookkeeping beside a submission: not something the student handed in.
-BOOKKEEPING = frozenset({"timestamp.txt"})
+TIMESTAMP = "timestamp.txt"             # nbgrader's submit time, written beside the file
+BOOKKEEPING = frozenset({TIMESTAMP})
 
 # Far above any hand-written kernel file; bounds what a grading reads into memory.
 MAX_BYTES = 4 * 2**20

@@ -21,10 +21,9 @@ from urllib.parse import quote
 
 from . import results
 from .assignment import Assignment, AssignmentError
-from .course import Course, Row
+from .course import SUMMARY, Course, Row
 from .files import atomic_write
 
-PERFORMANCE_AREA = "performance"
 PLOTS = ("scores.png", "areas.png", "performance.png")
 TOP_HINTS = 12
 
@@ -55,7 +54,7 @@ def build(course: Course, out: Path) -> Path:
     if reports:
         parts.append(_scores(course, reports, out))
         parts.append(_areas(course, reports, out))
-        parts.append(_performance(reports, out))
+        parts.append(_performance(course, reports, out))
         parts.append(_leaderboard(course, reports))
         parts.append(_hints(reports))
         parts.append(_identical(reports))
@@ -144,22 +143,23 @@ def _elsewhere(course: Course, names: list[str]) -> str:
     return ", ".join(name + only(name) for name in names)
 
 
-def _performance(reports: list[Row], out: Path) -> str:
-    graded = [(r, results.areas(r.report).get(PERFORMANCE_AREA)) for r in reports]
+def _performance(course: Course, reports: list[Row], out: Path) -> str:
+    timed = course.assignment.timed_area
+    graded = [(r, results.areas(r.report).get(timed)) for r in reports] if timed else []
     graded = [(r, a) for r, a in graded if a and a.get("graded")]
     if not graded:
         return ""
-    measures = [statistics.median(m) for m in (_measures(r) for r, _ in graded) if m]
+    measures = [statistics.median(m) for m in (_measures(r, timed) for r, _ in graded) if m]
     fig, axes = _figure(ncols=2 if measures else 1)
     points = graded[0][1]["points"]
     ax = axes[0] if measures else axes
     ax.hist([a["score"] for _, a in graded], bins=15, range=(0, points), color="#b5824a", edgecolor="white")
-    ax.set_xlabel(f"{PERFORMANCE_AREA} points (of {points:g})")
+    ax.set_xlabel(f"{timed} points (of {points:g})")
     ax.set_ylabel("students")
     if measures:
         axes[1].hist(measures, bins=15, color="#b5824a", edgecolor="white")
         axes[1].set_xlabel("measure, median over the area's tests")
-    return f"<h2>Performance ({len(graded)} graded)</h2>" + _save(fig, out, "performance.png")
+    return f"<h2>{html.escape(timed.capitalize())} ({len(graded)} graded)</h2>" + _save(fig, out, "performance.png")
 
 
 def _leaderboard(course: Course, reports: list[Row]) -> str:
@@ -193,8 +193,8 @@ def _value(v) -> str:
     return "–" if v is None else html.escape(str(v))
 
 
-def _measures(row: Row) -> list[float]:
-    details = [results.test_detail(t) for t in row.report.get("tests", []) if PERFORMANCE_AREA in t.get("tags", [])]
+def _measures(row: Row, area: str) -> list[float]:
+    details = [results.test_detail(t) for t in row.report.get("tests", []) if area in t.get("tags", [])]
     return [d["measure"] for d in details
             if d.get("outcome") == "passed" and isinstance(d.get("measure"), (int, float))]
 
@@ -320,6 +320,6 @@ def main(args) -> int:
         print(f"grader: {exc}", file=sys.stderr)
         return 2
     course = Course(args.course, assignment)
-    index = build(course, Path(args.out) if args.out else course.root / "summary")
+    index = build(course, Path(args.out) if args.out else course.root / SUMMARY)
     print(f"summary written to {index}")
     return 0

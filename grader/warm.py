@@ -30,6 +30,7 @@ from pathlib import Path
 
 HOST_ENV = "GRADER_WARM_HOST"
 START_S = 60            # a host binds its socket before importing anything heavy; this long at most
+SESSION_CUT = -9        # a session that ended without its exit: timed out, or the host ended
 ENDED_S = 15            # a cut session's host kills its workers and exits within this (a host has no more to do)
 
 
@@ -159,7 +160,7 @@ def run_session(address: str, argv: list[str], quiet: bool, timeout_s: float,
         if not isinstance(code, int):
             tail.append(f"stopped after {timeout_s:g} s\n" if not watchdog.is_alive()
                         else "the grading host ended during the run\n")
-            code = -9
+            code = SESSION_CUT
     finally:
         watchdog.cancel()
         sock.close()

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from ..files import private_folder
 from . import isolate, rootfs
 from .processes import proc_table, become_subreaper
 
@@ -244,12 +245,7 @@ def _pth_paths(site_dirs: set[str]) -> list[str]:
 
 def _private_dir() -> Path:
     """The machine's folder for uid locks and probe results, ours alone."""
-    folder = Path(tempfile.gettempdir()) / "grader-uids"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    st = os.lstat(folder)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
-        raise RuntimeError(f"{folder} is not a private folder of ours; refusing to use it")
-    return folder
+    return private_folder(Path(tempfile.gettempdir()) / "grader-uids")
 
 
 def _free_uid() -> tuple[int, int]:

@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from ..course import SUMMARY
 from . import intake, views
 from .intake import Service
 from .store import FILED, iso
@@ -34,7 +35,7 @@ from .tokens import Identity, Refused, identify
 
 COOKIE = "grader_token"
 FORM_OVERHEAD = 64 * 1024          # the multipart envelope around the file
-COURSE_FOLDERS = ("summary", "autograded", "feedback")
+COURSE_FOLDERS = (SUMMARY, "autograded", "feedback")
 _markdown = mistune.create_markdown(escape=True, plugins=["table"])
 
 CSS = """
@@ -154,7 +155,7 @@ def instructor_home(service: Service, who: Identity) -> HTMLResponse:
     students = ("<table><tr><th>student</th><th>latest check</th><th>latest hand-in</th></tr>" + "".join(cells)
                 + "</table>") if cells else "<p class=muted>No student has submitted yet.</p>"
     queue = _history(order, with_student=True) if order else "<p class=muted>The queue is empty.</p>"
-    summary = service.course.root / "summary" / "index.html"
+    summary = service.course.root / SUMMARY / "index.html"
     links = ("<p><a href=/course/summary/index.html>Class summary</a> (of the last grade-all)</p>" if summary.is_file()
              else "<p class=muted>No class summary yet: after grade-all, run <code>python -m grader summary --course "
                   "COURSE</code>; it is then linked here.</p>")

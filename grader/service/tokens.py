@@ -23,6 +23,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from ..course import gradebook_url
 from .store import Store, default_url, now, tokens
 
 # A student id names a folder of the course (submitted/<student>/): nbgrader's ids, no path in them.
@@ -126,8 +127,7 @@ def main(args) -> int:
 
 
 def _gradebook_students(root: Path, url: str | None) -> list[str] | None:
-    from ..gradebook import default_db_url
-    url = url or default_db_url(root)
+    url = url or gradebook_url(root)
     if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
         _fail(f"no gradebook at {url[len('sqlite:///'):]}: give --add STUDENT..., or --gradebook URL")
         return None

@@ -16,8 +16,7 @@ from grader import machines
 from grader.assignment import REPO
 from grader.batch import grade_all, publish
 from grader.cli import main
-from grader.course import Course
-from grader.gradebook import default_db_url
+from grader.course import Course, gradebook_url
 from grader.sandbox.processes import children_of
 from toy_class import validate_report
 
@@ -112,7 +111,7 @@ def test_nbgrader_export_lists_every_student(graded):
 
 def test_gradebook_leaves_ungraded_areas_to_a_person(graded):
     from nbgrader.api import Gradebook
-    with Gradebook(default_db_url(graded.course.root)) as gb:
+    with Gradebook(gradebook_url(graded.course.root)) as gb:
         gpu = gb.find_grade("gpu_only", "toy", "toy_add", "s00")
         add = gb.find_grade("add", "toy", "toy_add", "s00")
         assert gpu.auto_score is None and gpu.needs_manual_grade
@@ -148,7 +147,7 @@ def test_a_grading_without_a_report_is_an_error_row(tmp_path):
     shutil.copy(toy_class.SUBMISSIONS / "good.py", folder / "toy.py")
     course = Course(tmp_path, toy_class.TOY)
     result = grade_all(course, "cpu", jobs=1, timeout_s=0.5, progress=False)
-    publish(course, result.rows, tmp_path / "grades.csv", default_db_url(tmp_path))
+    publish(course, result.rows, tmp_path / "grades.csv", gradebook_url(tmp_path))
     (row,) = result.rows
     assert row.status == "error" and row.score == 0 and "did not finish within" in row.note
     assert result.errors == 1 and not course.report_path(student).exists()
@@ -156,7 +155,7 @@ def test_a_grading_without_a_report_is_an_error_row(tmp_path):
     assert not course.feedback_path(student).exists()
     assert "error" in (tmp_path / "grades.csv").read_text()
     from nbgrader.api import Gradebook
-    with Gradebook(default_db_url(tmp_path)) as gb:
+    with Gradebook(gradebook_url(tmp_path)) as gb:
         assert gb.find_submission("toy_add", student).score == 0.0
         assert gb.find_grade("add", "toy", "toy_add", student).needs_manual_grade
 

@@ -114,6 +114,22 @@ def test_lock_dir_is_private(tmp_path, monkeypatch):
     assert folder.is_dir() and (folder.stat().st_mode & 0o077) == 0
 
 
+@pytest.mark.parametrize("made_first", ["open to all", "a link to another folder"])
+def test_a_lock_dir_someone_else_made_first_is_refused(tmp_path, monkeypatch, made_first):
+    """Whoever makes the turns' folder under /tmp first could remove or hold the locks in it, and
+    so take a timing test's turn: the grader uses only a folder that is its own, closed to others."""
+    turns = tmp_path / "turns"
+    if made_first == "open to all":
+        turns.mkdir(mode=0o777)
+        turns.chmod(0o777)
+    else:
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        turns.symlink_to(tmp_path / "elsewhere")
+    monkeypatch.setenv(gpu_turns.LOCK_DIR_ENV, str(turns))
+    with pytest.raises(RuntimeError, match="not a private folder"):
+        gpu_turns.lock_dir()
+
+
 def test_file_descriptors_ride_with_a_message_and_only_where_sent():
     """GPU memory reaches a worker of another uid as descriptors sent with the request."""
     import socket

@@ -306,7 +306,7 @@ def test_the_grading_service_grades_each_check_as_a_slurm_task(cluster, tmp_path
     course = tmp_path / "course"
     course.mkdir()
     toks = svc.tokens(course, "--add", "ann")
-    before = _service_tasks()
+    before = _newest_job()
     server = svc.start(course, "--executor", "slurm", "--cpus-per-task", "1", "--jobs", "1")
     try:
         sent = server.submit(toks["ann"], svc.unique((toy_class.SUBMISSIONS / "good.py").read_bytes(), "ann"))
@@ -314,12 +314,22 @@ def test_the_grading_service_grades_each_check_as_a_slurm_task(cluster, tmp_path
         done = server.wait(toks["ann"], sent.body["id"], timeout=240)
         assert (done["status"], done["score"]) == ("done", 90.0), done
         assert "as Slurm tasks" in server.log_text()
-        assert _service_tasks() > before, "no Slurm task graded the check"
+        assert _toy_tasks_completed_since(before), "no Slurm task graded the check"
     finally:
         server.stop()
 
 
-def _service_tasks() -> int:
-    """Tasks of the toy assignment's gradings squeue still lists as completed."""
-    out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%j|%T"], capture_output=True, text=True)
-    return sum(line == "grade-toy_add|COMPLETED" for line in out.stdout.split())
+def _jobs() -> list[tuple[int, str, str]]:
+    """(job id, name, state) of every job squeue still lists, finished ones too. By id, not by
+    count: a finished job leaves squeue after MinJobAge (300 s), so a count can stay level while
+    a new job completes and an earlier test's job ages out."""
+    out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%A|%j|%T"], capture_output=True, text=True)
+    return [(int(i), name, state) for i, name, state in (line.split("|") for line in out.stdout.split())]
+
+
+def _newest_job() -> int:
+    return max((i for i, _, _ in _jobs()), default=0)
+
+
+def _toy_tasks_completed_since(job_id: int) -> int:
+    return sum(i > job_id and (name, state) == ("grade-toy_add", "COMPLETED") for i, name, state in _jobs())

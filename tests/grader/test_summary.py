@@ -1,5 +1,6 @@
 """The class summary page over the generated toy class: its content, its links, and
 what a real browser shows of it."""
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -10,6 +11,7 @@ from urllib.parse import unquote
 import pytest
 
 import toy_class
+from grader.assignment import Area
 from grader.cli import main
 from grader.course import Course
 from grader.summary import build
@@ -78,7 +80,9 @@ def test_performance_area_gets_its_distribution(page, tmp_path):
     graded, _ = page
     for kind in ("submitted", "autograded"):
         shutil.copytree(graded.course.root / kind, tmp_path / kind)
-    course = Course(tmp_path, graded.course.assignment)
+    toy = graded.course.assignment      # given an area on a curve, which the page plots by its rubric
+    timed = Area("performance", 15.0, device="cuda", curve=((0.25, 0.0), (0.8, 1.0)))
+    course = Course(tmp_path, dataclasses.replace(toy, areas={**toy.areas, "performance": timed}))
     for i, student in enumerate(["s00", "s01", "s02"]):
         path = course.report_path(student)
         report = json.loads(path.read_text())

@@ -17,8 +17,7 @@ import jsonschema
 
 from grader.assignment import REPO, Assignment
 from grader.batch import BatchResult, grade_all, publish
-from grader.course import Course
-from grader.gradebook import default_db_url
+from grader.course import Course, gradebook_url
 
 TOY = Assignment.load(REPO / "tests/grader/toy")
 SCHEMA = json.loads((REPO / "grader/results.schema.json").read_text())
@@ -108,7 +107,7 @@ def make_course(root: Path) -> Course:
 def _graded(root: str) -> GradedClass:
     course = make_course(Path(root))
     result = grade_all(course, "cpu", jobs=2, progress=False)
-    publish(course, result.rows, course.root / f"grades-{TOY.id}.csv", default_db_url(course.root))
+    publish(course, result.rows, course.grades_csv, gradebook_url(course.root))
     distinct = len({data for data in students().values() if data is not None}) + len(REFUSED)
     return GradedClass(course, result, expected_scores(), distinct)
 
