@@ -34,6 +34,7 @@ from .files import atomic_write
 from .machines import SlotPool
 from .warm import WarmHost
 from .report import write_atomically
+from .sandbox.processes import signal_group
 
 STOP_GRACE_S = 30       # a stopped grading still kills its workers and writes its report
 
@@ -148,20 +149,13 @@ class Runner:
         # SIGTERM first: the grader then ends its own workers, which SIGKILL would orphan.
         for proc in procs:
             proc.stopped = True
-            _signal(proc, signal.SIGTERM)
+            signal_group(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
         for proc in procs:
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                _signal(proc, signal.SIGKILL)
-
-
-def _signal(proc: subprocess.Popen, signum: int) -> None:
-    try:
-        os.killpg(proc.pid, signum)
-    except ProcessLookupError:
-        pass
+                signal_group(proc.pid, signal.SIGKILL)
 
 
 class LocalBatch:

@@ -28,6 +28,7 @@ from .assignment import REPO, Assignment
 from .batch import STOP_GRACE_S, Job, Outcome, Runner
 from .course import JOB_LOGS, Course
 from .machines import slots
+from .sandbox.processes import signal_group
 from .warm import WarmHost
 
 POLL_S = 2.0
@@ -103,10 +104,7 @@ def grade_task(course_root: str, assignment_folder: str, jobs: list[Job], device
             live = list(runner.live)
         for proc in live:
             proc.stopped = True
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+            signal_group(proc.pid, signal.SIGTERM)
 
     # SIGUSR2 is submitit's signal for a coming time limit or preemption; it would requeue.
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2):

@@ -28,6 +28,8 @@ import threading
 import time
 from pathlib import Path
 
+from .sandbox.processes import signal_group
+
 HOST_ENV = "GRADER_WARM_HOST"
 START_S = 60            # a host binds its socket before importing anything heavy; this long at most
 SESSION_CUT = -9        # a session that ended without its exit: timed out, or the host ended
@@ -96,24 +98,17 @@ class WarmHost:
     def close(self) -> None:
         """End the host (it ends its workers: SIGTERM first, then the group is killed)."""
         if self.proc is not None and self.proc.poll() is None:
-            _signal_group(self.proc, signal.SIGTERM)
+            signal_group(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                _signal_group(self.proc, signal.SIGKILL)
+                signal_group(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         self.proc = None
         for folder in (self.folder, self.work, self.exchange):
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
         self.folder = self.work = self.exchange = None
-
-
-def _signal_group(proc: subprocess.Popen, signum: int) -> None:
-    try:
-        os.killpg(proc.pid, signum)
-    except ProcessLookupError:
-        pass
 
 
 def run_session(address: str, argv: list[str], quiet: bool, timeout_s: float,

@@ -145,6 +145,15 @@ def processes_of(uid: int) -> set[int]:
     return found
 
 
+def signal_group(leader: int, signum: int) -> None:
+    """Signal the process group `leader` leads (a grading or a host started in a session of its
+    own), if it is still there."""
+    try:
+        os.killpg(leader, signum)
+    except ProcessLookupError:
+        pass
+
+
 def signal_all(pids, signum: int) -> None:
     for pid in pids:
         try:
