@@ -3,12 +3,21 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 ASSIGNMENTS = REPO / "assignment"       # where --assignment looks when it is not given
+
+
+def grader_env(base=None) -> dict[str, str]:
+    """`base` (default: this process's environment) with this checkout first on PYTHONPATH, so
+    that a grader process started from anywhere imports this grader."""
+    env = dict(os.environ if base is None else base)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
 
 # Every key assignment.toml may hold, per table: a misspelt key would otherwise be a silent default.
 TOP_KEYS = {"assignment", "rubric", "leaderboard", "service"}

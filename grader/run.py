@@ -168,10 +168,7 @@ def _session(cmd: list[str], quiet: bool, host: str | None) -> tuple[int, str, d
 
 
 def _pytest(cmd: list[str], quiet: bool) -> tuple[int, str]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    env.pop("TRITON_INTERPRET", None)   # the trusted process runs no kernel
-    env.pop(warm.HOST_ENV, None)
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(cmd, cwd=REPO, env=warm.test_process_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
     tail: list[str] = []
     # A silent hang never yields a line, so the whole-run limit is a timer, not a check per line.

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .assignment import REPO, Assignment
+from .assignment import REPO, Assignment, grader_env
 from .corpus import EPS, CorpusError, Entry, expectations, load_corpus, select, skip_reason
 from . import results
 from .files import atomic_write
@@ -377,7 +377,7 @@ def _grade_file(file, assignment, device, report_path, log_path, drop_privileges
            "--submission", str(file), "--report", str(report_path), "--device", device, "--quiet"]
     if not drop_privileges:
         cmd.append("--no-privilege-drop")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env = grader_env()
     env.update(host_env or {})
     t0 = time.monotonic()
     error = None

@@ -28,6 +28,7 @@ import threading
 import time
 from pathlib import Path
 
+from .assignment import REPO, grader_env
 from .sandbox.processes import signal_group
 
 HOST_ENV = "GRADER_WARM_HOST"
@@ -64,7 +65,6 @@ class WarmHost:
         return {HOST_ENV: str(self.socket_path)}
 
     def _start(self) -> None:
-        from .assignment import REPO
         from . import leftovers
         from .sandbox.proxy import shared_tensor_root
         self.close()
@@ -73,10 +73,7 @@ class WarmHost:
         self.folder, self.work, self.exchange = leftovers.host_folders(shared_tensor_root())
         for folder in (self.work, self.exchange):
             folder.chmod(0o711)
-        env = {**os.environ, **self.slot_env,
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-        env.pop("TRITON_INTERPRET", None)       # the test process runs no kernel
-        env.pop(HOST_ENV, None)
+        env = test_process_env({**os.environ, **self.slot_env})
         cmd = [sys.executable, "-m", "grader.warm_host", "--socket", str(self.socket_path),
                "--assignment", str(self.assignment_folder), "--device", self.device,
                "--scratch", str(self.work), "--exchange", str(self.exchange)] + (["--spare"] if self.spare else [])
@@ -109,6 +106,20 @@ class WarmHost:
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
         self.folder = self.work = self.exchange = None
+
+
+def test_process_env(base=None) -> dict[str, str]:
+    """The environment a grading's test process starts in, cold (grader/run.py) or as a host:
+    the grader importable, and nothing of the caller's that changes how the hidden suites run.
+    pytest's own variables go (PYTEST_ADDOPTS="-k ..." deselected tests, which then scored
+    nothing; PYTEST_DISABLE_PLUGIN_AUTOLOAD left the report plugin out and the grading at 0), as
+    do warnings made errors, Triton's interpreter switch (this process runs no kernel) and a
+    host's address (a host serves sessions; it does not send them on)."""
+    env = grader_env(base)
+    for name in list(env):
+        if name.startswith("PYTEST_") or name in ("PYTHONWARNINGS", "PYTHONINSPECT", "TRITON_INTERPRET", HOST_ENV):
+            del env[name]
+    return env
 
 
 def run_session(address: str, argv: list[str], quiet: bool, timeout_s: float,

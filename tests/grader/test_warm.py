@@ -187,3 +187,29 @@ def test_a_host_takes_only_sessions_of_its_assignment_and_device(tmp_path):
         assert report["score"] == report["max_score"]
     finally:
         host.close()
+
+
+# pytest's own variables, as an instructor's shell or a CI runner sets them for other tests.
+CALLERS_PYTEST_ENV = {
+    "PYTEST_ADDOPTS": "-k add -x",              # deselected the echo tests: they scored nothing
+    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",      # left out the report plugin: 0 points
+    "PYTEST_TIMEOUT": "0.001",
+    "PYTHONWARNINGS": "error",
+}
+
+
+def test_the_callers_pytest_settings_never_reach_the_hidden_suites(tmp_path, monkeypatch):
+    """The hidden suites run as the grader runs them, whatever the grading's caller set for its
+    own pytest: cold, and in a host started under the same environment, a correct file earns
+    every point."""
+    for name, value in CALLERS_PYTEST_ENV.items():
+        monkeypatch.setenv(name, value)
+    cold = _grade(TOY, SUBMISSIONS / "good.py", tmp_path / "cold.json", "cpu", None)
+    host = WarmHost(TOY.folder, "cpu", {})
+    try:
+        warm = _grade(TOY, SUBMISSIONS / "good.py", tmp_path / "warm.json", "cpu", host)
+    finally:
+        host.close()
+    assert _how(cold) == {"warm": False} and _how(warm)["warm"] is True
+    for report in (cold, warm):
+        assert report["score"] == report["max_score"] == 90.0, report["extra_data"].get("problem")
