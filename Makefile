@@ -11,10 +11,11 @@ JOBS       ?=
 EXECUTOR   ?= local
 SLURM      ?=
 
-.PHONY: help venv grade test template release validate grade-all demo-class summary gradescope bench clean
+.PHONY: help venv grade test test-fast template release validate grade-all demo-class summary gradescope bench clean
 help:
 	@echo "make grade [SUBMISSION=file.py] [REPORT=out.json] [DEVICE=auto|cpu|cuda]  grade one submission"
 	@echo "make test                      the project's own tests (CPU interpreter when no GPU)"
+	@echo "make test-fast                 the same without the tests that grade for real (under a minute)"
 	@echo "make template                  regenerate student_template/ from the reference (nbgrader)"
 	@echo "make release                   the student bundle in build/release/"
 	@echo "make validate [JOBS=n]         grade the reference and the wrong/adversarial/right corpus, print the kill matrix"
@@ -46,6 +47,10 @@ test: $(VENV)/.dev
 	$(PY) -m ruff check .
 	$(PY) -m pytest tests/grader tests/assignment -q
 	$(PY) -m grader validate --assignment $(ASSIGNMENT) --fast --out build/validate-fast.json
+
+test-fast: $(VENV)/.dev
+	$(PY) -m ruff check .
+	$(PY) -m pytest tests/grader tests/assignment -q -m "not slow" --durations=5
 
 template: $(VENV)/.nbgrader
 	$(PY) tools/make_template.py --assignment $(ASSIGNMENT)

@@ -3,6 +3,7 @@ behind it (bench/ceilings.py) moves every row exactly once to where it claims: a
 dropped or doubled rows would be faster than a real one. Checked on a row that is not a power
 of two and a row count that is not a multiple of the rows per program (where it runs: see
 run_kernel_check)."""
+import pytest
 
 CHECK = r"""
 import sys, torch
@@ -32,6 +33,7 @@ sys.exit(1 if problems else 0)
 """
 
 
+@pytest.mark.slow
 def test_run_copy_moves_every_row_once_to_its_destination(run_kernel_check):
     r = run_kernel_check(CHECK)
     assert r.returncode == 0, f"bench/ceilings.py's run copy is wrong: {r.stdout}{r.stderr[-2000:]}"

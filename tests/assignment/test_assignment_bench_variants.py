@@ -3,6 +3,7 @@ write what the reference writes, or docs/performance.md would compare unlike thi
 Checked on a shape that exercises every mask: H*D not a power of two, T not a multiple
 of the tokens per program, padding, fused-QKV strides. Runs on the GPU, or through the Triton
 interpreter where there is none (see run_kernel_check)."""
+import pytest
 
 CHECK = r"""
 import importlib.util, sys, torch
@@ -31,6 +32,7 @@ sys.exit(1 if wrong else 0)
 """
 
 
+@pytest.mark.slow
 def test_every_variant_writes_what_the_reference_writes(run_kernel_check):
     r = run_kernel_check(CHECK)
     assert r.returncode == 0, ("bench variants that do not write what the reference writes: "

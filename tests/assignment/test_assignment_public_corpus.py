@@ -77,6 +77,7 @@ def _gpu_with_room() -> bool:
     return torch.cuda.is_available() and torch.cuda.mem_get_info()[0] >= 28 * 2 ** 30
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MUST_FAIL) + sorted(LOCAL))
 def test_public_tests_catch_the_wrong_entry(name, mutants, run_pytest, tmp_path):
     results = outcomes(run_pytest, tmp_path, mutants[name])
@@ -105,6 +106,7 @@ def right_entries():
     return sorted(table.items())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, spec", right_entries(), ids=[n for n, _ in right_entries()])
 def test_right_entry_passes_every_public_test(name, spec, run_pytest, tmp_path):
     import torch

@@ -21,6 +21,7 @@ def problems(case):
             and not (child.tag == "skipped" and case.get("name") == OPT_IN)]
 
 
+@pytest.mark.slow
 def test_passes_against_the_reference(run_pytest, tmp_path):
     report = tmp_path / "junit.xml"
     proc = run_pytest(PUBLIC, "-q", "--submission", "reference/l1_paged_kv_write.py",
@@ -31,6 +32,7 @@ def test_passes_against_the_reference(run_pytest, tmp_path):
     assert not [c.get("name") for c in cases if problems(c)]
 
 
+@pytest.mark.slow
 def test_fails_against_the_template_with_not_implemented(run_pytest, tmp_path):
     report = tmp_path / "junit.xml"
     proc = run_pytest(PUBLIC, "-q", "--submission", "student_template/l1_paged_kv_write.py",
@@ -60,6 +62,7 @@ def without_reshape_and_cache():
     (SYNTAX_ERROR, "does not compile: line 1"),
     (without_reshape_and_cache(), "does not define reshape_and_cache"),
 ], ids=["missing-file", "syntax-error", "no-reshape_and_cache"])
+@pytest.mark.slow
 def test_bad_submission_gives_one_clear_line(run_pytest, tmp_path, content, expected):
     submission = tmp_path / "l1_paged_kv_write.py"
     if content is not None:

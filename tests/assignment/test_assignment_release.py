@@ -103,6 +103,7 @@ def test_readme_tells_where_the_token_goes(bundle):
         assert needed in readme, needed
 
 
+@pytest.mark.slow
 def test_bundle_tests_find_the_file_beside_them(bundle, run_pytest, tmp_path):
     # A solved copy of the bundle, tested from another directory with no
     # --submission: the tests must pick up the l1_paged_kv_write.py next to them.
@@ -125,6 +126,7 @@ def test_bundle_statements_carry_the_curve(bundle):
         assert "| 0.25 | 0.00 | 0.00 |" in text and "| 0.8 | 1.00 | 15.00 |" in text, name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("style", ["heuristics_block", "autotune_configs"])
 def test_bundle_tests_pass_a_decorated_kernel(bundle, run_pytest, tmp_path, style):
     # @triton.heuristics and @triton.autotune make objects that are not callable, and
@@ -137,6 +139,7 @@ def test_bundle_tests_pass_a_decorated_kernel(bundle, run_pytest, tmp_path, styl
     assert " passed" in proc.stdout and "failed" not in proc.stdout
 
 
+@pytest.mark.slow
 def test_missing_numpy_is_named_not_blamed_on_the_file(bundle, run_pytest, tmp_path):
     blocker = tmp_path / "blocked" / "numpy"
     blocker.mkdir(parents=True)

@@ -59,6 +59,7 @@ def test_check_mode(make_template, monkeypatch, tmp_path, capsys):
     assert "make template" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_unwritten_kernel_fails_as_not_implemented_when_launched(run_kernel_check):
     # A student who writes reshape_and_cache first meets the kernel's placeholder at the
     # launch, with a message naming what is missing rather than a Triton syntax complaint.

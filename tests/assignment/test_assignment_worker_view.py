@@ -45,6 +45,7 @@ def planted_reference():
     pytest.skip("no folder outside the allow-list to plant a copy in")
 
 
+@pytest.mark.slow
 def test_find_reference_finds_nothing_it_can_use(planted_reference, tmp_path):
     report = _grade(REPO / "tests" / "corpus" / "adversarial" / "find_reference.py", tmp_path / "r.json")
     sandbox = report["extra_data"]["sandbox"]
@@ -54,6 +55,7 @@ def test_find_reference_finds_nothing_it_can_use(planted_reference, tmp_path):
     assert "no reference found" in log and str(planted_reference) not in log
 
 
+@pytest.mark.slow
 def test_the_reference_earns_full_marks_inside_the_allow_list(tmp_path):
     report = _grade(REFERENCE, tmp_path / "r.json")
     assert report["extra_data"]["sandbox"]["file_system"]["view"] == "allow-list"

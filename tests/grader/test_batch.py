@@ -140,6 +140,7 @@ def test_a_lost_report_comes_back_from_an_identical_file(graded):
     assert course.read_report("s05")["score"] == 90.0
 
 
+@pytest.mark.slow
 def test_a_grading_without_a_report_is_an_error_row(tmp_path):
     student = "s1"
     folder = tmp_path / "submitted" / student / "toy_add"
@@ -188,6 +189,7 @@ def test_missing_course_folder_is_a_usage_error(tmp_path, capsys):
     assert code == 2 and "no submitted/ folder" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_batch_keeping_no_partial_report(tmp_path):
     folder = tmp_path / "submitted" / "s1" / "toy_add"
     folder.mkdir(parents=True)
@@ -225,6 +227,7 @@ def test_feedback_keeps_names_and_hints_literal():
     assert line == r"- **1.1 wide: offsets pass 2\*\*32**: use slot.to(tl.int64) \* HD for \[T, H, D\]"
 
 
+@pytest.mark.slow
 def test_submitit_local_executor_runs_the_cluster_task_here(tmp_path, capsys):
     """The path a Slurm task takes (grader/cluster.py's task through submitit), on this machine:
     what `--executor submitit-local` shows on a GPU runner without Slurm."""
@@ -241,6 +244,7 @@ def test_submitit_local_executor_runs_the_cluster_task_here(tmp_path, capsys):
     assert len(list((tmp_path / ".grader-jobs").glob("*/*_result.pkl"))) == 2
 
 
+@pytest.mark.slow
 def test_a_cluster_task_of_several_files_grades_them_in_one_warm_host(tmp_path, capsys):
     """One slot, two files: one task grades both, one session after the other in the host it
     started, and each scores as it does alone; --cold gives each its own test process."""
@@ -265,6 +269,7 @@ def test_a_cluster_task_of_several_files_grades_them_in_one_warm_host(tmp_path, 
     assert "--files-per-task: only for --executor slurm or submitit-local" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_grading_stopped_by_a_signal_from_elsewhere_keeps_no_report(tmp_path):
     """SIGTERM reaching the grader from outside the batch (Slurm ending a task, an administrator)
     still lets it write a report, of the tests that ran: that report is not the file's grade."""
@@ -314,6 +319,7 @@ def _gradings_run(out: str) -> int:
     return int(out.split(" gradings run")[0].rsplit(";", 1)[1])
 
 
+@pytest.mark.slow
 def test_two_runs_on_one_course_grade_each_file_once(tmp_path):
     """A second grade-all on a course in flight says who holds it and leaves it alone, or
     waits (--wait) and then finds nothing left to grade."""
@@ -356,6 +362,7 @@ def _names(folder: Path, prefix: str = "") -> set[str]:
         if folder.is_dir() else set()
 
 
+@pytest.mark.slow
 def test_a_run_killed_outright_leaves_nothing_a_rerun_does_not_remove(tmp_path, monkeypatch):
     """kill -9 of grade-all's process group mid-class: the grading in flight and its slot's
     host end with it, and after the next run the temporary directory and /dev/shm hold what

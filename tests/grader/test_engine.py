@@ -134,6 +134,7 @@ def test_cli_unknown_assignment_is_one_clear_line(tmp_path):
     assert r.returncode == 2 and "no assignment file" in r.stderr
 
 
+@pytest.mark.slow
 def test_cuda_asked_for_without_a_gpu_is_one_clear_line_everywhere(tmp_path):
     from grader.machines import cuda_device_count
     if cuda_device_count():
@@ -145,6 +146,7 @@ def test_cuda_asked_for_without_a_gpu_is_one_clear_line_everywhere(tmp_path):
         assert r.returncode == 2 and "no usable CUDA device" in r.stderr, (args, r.stderr[-500:])
 
 
+@pytest.mark.slow
 def test_binary_submission_yields_a_zero_report(tmp_path):
     blob = tmp_path / "toy.py"
     blob.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)))

@@ -65,6 +65,7 @@ def test_scripts_are_valid_bash(tmp_path):
         subprocess.run(["bash", "-n", str(root / "source" / script)], check=True)
 
 
+@pytest.mark.slow
 def test_run_autograder_grades_the_toy_without_its_reference(tmp_path):
     zip_path = make_gradescope.build(TOY, tmp_path / "zip")
     assert not any("submissions/" in n for n in zipfile.ZipFile(zip_path).namelist())
@@ -78,6 +79,7 @@ def test_run_autograder_grades_the_toy_without_its_reference(tmp_path):
         assert results["extra_data"]["sandbox"]["privilege_drop"] is True
 
 
+@pytest.mark.slow
 def test_run_autograder_refuses_a_misnamed_file_as_grade_all_does(tmp_path):
     root = unpack(make_gradescope.build(TOY, tmp_path / "zip"), tmp_path / "autograder")
     (root / "submission" / "Toy.py").write_bytes((TOY / "submissions/good.py").read_bytes())
@@ -87,6 +89,7 @@ def test_run_autograder_refuses_a_misnamed_file_as_grade_all_does(tmp_path):
     assert len(results["tests"]) == 11       # collected without the reference in the zip
 
 
+@pytest.mark.slow
 def test_run_autograder_refuses_a_link_and_never_reads_its_target(tmp_path):
     root = unpack(make_gradescope.build(TOY, tmp_path / "zip"), tmp_path / "autograder")
     classmate = tmp_path / "classmate.py"
@@ -98,6 +101,7 @@ def test_run_autograder_refuses_a_link_and_never_reads_its_target(tmp_path):
     assert results["extra_data"]["submission"]["sha256"] != hashlib.sha256(classmate.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_run_autograder_without_a_python_file(tmp_path):
     root = unpack(make_gradescope.build(TOY, tmp_path / "zip"), tmp_path / "autograder")
     (root / "submission" / "notes.txt").write_text("I ran out of time")
@@ -123,6 +127,7 @@ def test_setup_installs_torch_from_the_cpu_index_at_the_pinned_version(tmp_path)
     assert f'--index-url https://download.pytorch.org/whl/cpu "{pin}"' in setup
 
 
+@pytest.mark.slow
 def test_the_default_l1_zip_gives_the_reference_full_marks(tmp_path):
     """No reference in the zip: no test may need it on the CPU, or every correct file loses its points."""
     if machines.resolve_device("auto") == "cuda":

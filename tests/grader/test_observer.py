@@ -91,6 +91,7 @@ def tensors():
     return torch.arange(8, dtype=torch.float32) + 1, torch.zeros(8)
 
 
+@pytest.mark.slow
 def test_a_kernel_in_a_triton_op_or_custom_op_is_not_a_pytorch_write(ops):
     for op in (ops.triton_copy, ops.custom_launch):
         src, dst = tensors()

@@ -30,6 +30,7 @@ def _times_out(sub, x) -> float:
     return _timed(hang)
 
 
+@pytest.mark.slow
 def test_a_submission_that_keeps_hanging_is_given_up_after_timeouts_in_a_row():
     conf = Confinement.prepare("cpu", [], want_uid=False)
     sub = Submission(TOY / "hangs_on_thirteen.py", ["add_into", "echo"], torch.device("cpu"), conf, timeout=60)
@@ -65,6 +66,7 @@ def _hold(folder, exclusive, hold_s, log, name, go):
         log.put((name, "out", time.monotonic()))
 
 
+@pytest.mark.slow
 def test_a_timing_test_is_alone_on_the_gpu_and_not_starved(tmp_path):
     """Sharers overlap each other, never the exclusive holder; a sharer that arrives
     while the exclusive one waits goes after it."""
@@ -154,6 +156,7 @@ def test_file_descriptors_ride_with_a_message_and_only_where_sent():
         os.close(w)
 
 
+@pytest.mark.slow
 def test_the_files_copied_into_the_sandbox_import_on_their_own(tmp_path):
     """The worker sees only the files the proxy copies beside it, never the grader package."""
     import shutil
@@ -201,6 +204,7 @@ def test_a_sharer_stuck_past_its_share_steps_aside_and_the_timing_test_says_so(t
         assert timing.alone
 
 
+@pytest.mark.slow
 def test_the_submission_is_imported_at_its_first_call_and_hold_stops_it():
     """hold() is what lets a suite time the reference with none of the submission's code
     running beside it: before the first call the worker is up but has not imported the
@@ -227,6 +231,7 @@ def test_the_submission_is_imported_at_its_first_call_and_hold_stops_it():
         sub.close()
 
 
+@pytest.mark.slow
 def test_segfaults_cost_only_their_own_calls_however_many_in_a_row():
     """A kernel with a wrong offset crashes on some inputs and is right on others (the wrong
     corpus' layout_dims_misread crashes on every write test and must still pass validation):
@@ -243,6 +248,7 @@ def test_segfaults_cost_only_their_own_calls_however_many_in_a_row():
         sub.close()
 
 
+@pytest.mark.slow
 def test_memory_past_the_limit_is_refused_at_once_and_counts_as_the_same_failure():
     """On the CPU an allocation past the worker's memory limit fails at once (RLIMIT_DATA)
     instead of growing until the watchdog kills the worker; refusals in a row give up like
@@ -266,6 +272,7 @@ def test_memory_past_the_limit_is_refused_at_once_and_counts_as_the_same_failure
 needs_namespaces = pytest.mark.skipif(not isolate.available()[0], reason="this machine gives no namespaces")
 
 
+@pytest.mark.slow
 @needs_namespaces
 def test_the_worker_reaches_no_network():
     """Not the grader's own listener on 127.0.0.1, nor anything outside."""
@@ -286,6 +293,7 @@ def test_the_worker_reaches_no_network():
         listener.close()
 
 
+@pytest.mark.slow
 @needs_namespaces
 def test_the_worker_writes_to_a_private_capped_tmp_that_dies_with_it(tmp_path):
     """/tmp, /var/tmp and /dev/shm are one tmpfs of the worker's, capped and gone with it;
@@ -343,6 +351,7 @@ def test_an_unprivileged_grader_gets_the_namespaces_through_a_user_namespace():
     assert run.stdout.startswith("True"), run.stdout + run.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_a_worker_starts_few_blas_threads_whatever_the_machine(tmp_path):
     """numpy's OpenBLAS maps a buffer per thread at import, a thread per core: on a 16-core GPU
     runner a CPU worker under a 1 GiB data limit could not even start. Its environment caps them."""
@@ -358,6 +367,7 @@ def test_a_worker_starts_few_blas_threads_whatever_the_machine(tmp_path):
         sub.close()
 
 
+@pytest.mark.slow
 def test_a_workers_threads_are_frozen_between_its_calls():
     """A thread the submission started at import runs only while the grader is calling it: one
     left running between calls would take the GPU from a neighbouring grading's timed window."""

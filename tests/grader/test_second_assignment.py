@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from grader.assignment import REPO, Assignment
 from grader.corpus import load_corpus
 
@@ -16,6 +18,7 @@ def test_the_toy_corpus_is_its_own(tmp_path):
     assert entries[0].file == TOY / "submissions/good.py"
 
 
+@pytest.mark.slow
 def test_the_toy_validates_on_the_cpu(tmp_path):
     out = tmp_path / "matrix.json"
     run = subprocess.run([sys.executable, "-m", "grader", "validate", "--assignment", str(TOY), "--device", "cpu",

@@ -49,6 +49,7 @@ def rows(server, table):
         engine.dispose()
 
 
+@pytest.mark.slow
 def test_a_check_scores_what_grade_scores(served, tmp_path):
     server, toks = served
     sent = {name: server.submit(toks["alice"], data) for name, data in (("good", GOOD), ("no_echo", NO_ECHO))}
@@ -116,6 +117,7 @@ def test_a_missing_wrong_or_revoked_token_is_refused(served):
     assert len({row["digest"] for row in stored}) == len(stored)
 
 
+@pytest.mark.slow
 def test_one_student_never_sees_another_students_submissions(served):
     server, toks = served
     mine = server.submit(toks["bob"], svc.unique(GOOD, "bob")).body["id"]
@@ -137,6 +139,7 @@ def test_one_student_never_sees_another_students_submissions(served):
                   "assignment": "toy_add"}
 
 
+@pytest.mark.slow
 def test_quota_one_grading_in_flight_and_round_robin(served):
     server, toks = served
     burst = [server.submit(toks["dave"], svc.unique(GOOD, f"dave {i}")) for i in range(QUOTA)]
@@ -166,6 +169,7 @@ def test_quota_one_grading_in_flight_and_round_robin(served):
     assert runs[other.body["id"]]["started_at"] < daves[-1][0]
 
 
+@pytest.mark.slow
 def test_a_hand_in_is_filed_where_grade_all_reads_it(served):
     from nbgrader.utils import parse_utc
     server, toks = served
@@ -188,6 +192,7 @@ def test_a_hand_in_is_filed_where_grade_all_reads_it(served):
     assert kinds == ["hand-in", "hand-in"]
 
 
+@pytest.mark.slow
 def test_status_requests_stay_fast_while_gradings_run(served):
     server, toks = served
     ids = [server.submit(toks["erin"], svc.unique(GOOD, f"erin {i}")).body["id"] for i in range(2)]

@@ -24,6 +24,7 @@ def _make(bundle, target: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=540)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make on this machine")
 def test_a_student_checks_and_hands_in_from_the_release_bundle(tmp_path):
     out = subprocess.run([sys.executable, "tools/make_release.py", "--assignment", str(L1.folder), "--out",

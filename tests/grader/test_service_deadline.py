@@ -4,12 +4,15 @@ import datetime
 import shutil
 import time
 
+import pytest
+
 import service_server as svc
 
 NO_ECHO = (svc.TOY / "submissions/no_echo.py").read_bytes()
 LEAD_S = 12
 
 
+@pytest.mark.slow
 def test_deadline_late_hand_in_and_visibility(tmp_path):
     assignment = tmp_path / "toy"
     shutil.copytree(svc.TOY, assignment)

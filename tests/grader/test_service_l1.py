@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 import service_server as svc
 from grader.assignment import REPO, Assignment
 from grader.corpus import load_corpus
@@ -16,6 +18,7 @@ def areas(report_or_feedback: dict) -> dict:
     return {name: a["score"] for name, a in report_or_feedback["extra_data"]["areas"].items() if a["graded"]}
 
 
+@pytest.mark.slow
 def test_l1_reference_and_a_wrong_entry_score_as_grade_does(tmp_path):
     assignment = Assignment.load(L1)
     (tmp_path / "mutants").mkdir()

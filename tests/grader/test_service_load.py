@@ -10,6 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import sqlalchemy as sa
 
+import pytest
+
 import service_server as svc
 from grader.service import store as tables
 
@@ -20,6 +22,7 @@ SOURCES = {0: ((svc.TOY / "submissions/good.py").read_bytes(), 90.0),
            1: ((svc.TOY / "submissions/no_echo.py").read_bytes(), 60.0)}
 
 
+@pytest.mark.slow
 def test_fifty_students_four_checks_each(tmp_path):
     course = tmp_path / "course"
     course.mkdir()

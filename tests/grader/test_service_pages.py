@@ -44,6 +44,7 @@ def wait_for(browser: Browser, words: str, timeout: float = 120) -> str:
     raise AssertionError(f"{words!r} never appeared; the page says:\n{browser.text()[-2000:]}")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary on PATH (Debian package: chromium)")
 def test_a_student_uploads_and_reads_the_report_in_a_browser(served, tmp_path):
     from matplotlib.image import imread

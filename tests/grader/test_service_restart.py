@@ -38,6 +38,7 @@ def read(url: str, table) -> list[dict]:
         engine.dispose()
 
 
+@pytest.mark.slow
 def test_kill_9_loses_nothing_and_grades_each_submission_once(database):
     course, db = database
     url = db or tables.default_url(course)
@@ -80,6 +81,7 @@ def test_kill_9_loses_nothing_and_grades_each_submission_once(database):
         assert outcomes == (["interrupted", "report"] if sub_id == in_flight[0] else ["report"]), (sub_id, outcomes)
 
 
+@pytest.mark.slow
 def test_a_grading_the_grader_fails_is_tried_twice_then_shown_as_an_error(database, tmp_path):
     course, db = database
     assignment = tmp_path / "toy"

@@ -85,6 +85,7 @@ def both(cluster, tmp_path_factory):
     return Course(local, toy_class.TOY), Course(slurm, toy_class.TOY)
 
 
+@pytest.mark.slow
 def test_slurm_scores_every_student_as_a_local_run_does(both, capsys):
     local, slurm = both
     want = {r.student: (r.status, r.score, r.max_score, r.areas) for r in local.rows()}
@@ -100,6 +101,7 @@ def test_slurm_scores_every_student_as_a_local_run_does(both, capsys):
     assert report["extra_data"]["environment"]["device"] == "cpu"
 
 
+@pytest.mark.slow
 def test_slurm_graded_identical_files_once_and_a_rerun_grades_nothing(both, capsys):
     _, slurm = both
     runs = [p for p in (slurm.root / ".grader-jobs").glob("*_*") if p.is_dir()]
@@ -137,6 +139,7 @@ def _grading_started(course: Path) -> bool:
     return any(course.glob("autograded/*/toy_add"))
 
 
+@pytest.mark.slow
 def test_a_task_cancelled_mid_grading_is_an_error_row_and_the_next_run_grades_it(cluster, tmp_path):
     _student(tmp_path, "s1", (toy_class.SUBMISSIONS / "good.py").read_bytes())
     course = Course(tmp_path, toy_class.TOY)
@@ -170,6 +173,7 @@ def test_a_task_cancelled_mid_grading_is_an_error_row_and_the_next_run_grades_it
     assert events == []
 
 
+@pytest.mark.slow
 def test_a_task_cancelled_after_its_first_file_keeps_that_report(cluster, tmp_path):
     """A task of two files cancelled while it grades the second: the first file's report,
     already in place, counts; the second is an error row for the next run to grade."""
@@ -201,6 +205,7 @@ def test_a_task_cancelled_after_its_first_file_keeps_that_report(cluster, tmp_pa
     assert "stopped (SIGTERM" in why or "CANCELLED" in why, why
 
 
+@pytest.mark.slow
 def test_ctrl_c_cancels_the_array_and_keeps_finished_reports(cluster, tmp_path):
     good = (toy_class.SUBMISSIONS / "good.py").read_bytes()
     for i in range(3):
@@ -222,6 +227,7 @@ def test_ctrl_c_cancels_the_array_and_keeps_finished_reports(cluster, tmp_path):
     assert not list(tmp_path.glob("autograded/*/toy_add/.report*"))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("GRADER_SLURM_L1") == "0", reason="GRADER_SLURM_L1=0")
 def test_the_l1_reference_through_slurm_scores_full_marks(cluster, tmp_path):
     folder = tmp_path / "submitted" / "ref" / L1.id
@@ -283,6 +289,7 @@ def test_without_slurm_grade_all_says_why_and_nothing_runs_sinfo(tmp_path, monke
     assert "no sbatch on this machine" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_without_slurm_these_tests_skip_the_cluster_outside_ci_and_fail_in_it(tmp_path):
     """This file on a machine without Slurm, in a fresh process: the tests that need no
     cluster pass, those that need one skip (and fail where CI is set)."""
@@ -299,6 +306,7 @@ def test_without_slurm_these_tests_skip_the_cluster_outside_ci_and_fail_in_it(tm
     assert out.returncode == 1 and "CI must grade through Slurm" in out.stdout, out.stdout[-3000:]
 
 
+@pytest.mark.slow
 def test_the_grading_service_grades_each_check_as_a_slurm_task(cluster, tmp_path):
     """`serve --executor slurm`: a check is one Slurm task, graded on its node as a slot grades
     it, and its report comes back to the service as its own, with the local run's score."""

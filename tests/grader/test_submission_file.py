@@ -104,6 +104,7 @@ def _grade(tmp_path, submission) -> dict:
     return json.loads(report.read_text())
 
 
+@pytest.mark.slow
 def test_grade_refuses_a_link_to_the_reference(tmp_path):
     (tmp_path / NAME).symlink_to(REFERENCE)
     report = _grade(tmp_path, tmp_path / NAME)
@@ -113,6 +114,7 @@ def test_grade_refuses_a_link_to_the_reference(tmp_path):
     assert "symbolic link" in text and text.count("symbolic link") == 1, "the reason is said once"
 
 
+@pytest.mark.slow
 def test_a_bom_and_crlf_copy_of_the_reference_gets_full_marks(tmp_path):
     data = REFERENCE.read_bytes()
     (tmp_path / NAME).write_bytes(b"\xef\xbb\xbf" + data.replace(b"\n", b"\r\n"))

@@ -588,6 +588,7 @@ def load_make_release():
     return module
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("make") or not shutil.which("python3"), reason="needs make and python3")
 @pytest.mark.parametrize("target, kind", [("submit", "hand-in"), ("check", "check")])
 def test_a_new_student_runs_make_in_the_release_bundle(service, tmp_path, target, kind):

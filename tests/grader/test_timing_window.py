@@ -33,6 +33,7 @@ def timed_batch():
         sub.close()
 
 
+@pytest.mark.slow
 def test_an_early_answer_does_not_stop_the_clock(timed_batch, monkeypatch):
     sub, x, y, refill = timed_batch("answers_early.py")
     answered = sub.time_calls("add_into", [((x, y), {})], refill=refill)
@@ -44,6 +45,7 @@ def test_an_early_answer_does_not_stop_the_clock(timed_batch, monkeypatch):
     assert torch.equal(x, y)
 
 
+@pytest.mark.slow
 def test_an_answer_far_too_early_closes_the_window_without_the_outputs(timed_batch):
     sub, x, y, refill = timed_batch("answers_early.py")
     seconds = sub.time_calls("add_into", [((x, y), {})], refill=refill, settled=lambda: torch.equal(x, y))
@@ -52,6 +54,7 @@ def test_an_answer_far_too_early_closes_the_window_without_the_outputs(timed_bat
     assert SETTLE_MIN_S <= seconds < 0.3 and not torch.equal(x, y)
 
 
+@pytest.mark.slow
 def test_an_honest_worker_is_seen_at_the_first_look(timed_batch):
     sub, x, y, refill = timed_batch("good.py")
     looks = []
@@ -63,6 +66,7 @@ def test_an_honest_worker_is_seen_at_the_first_look(timed_batch):
     assert len(looks) == 1 and seconds < SETTLE_MIN_S + 1.0
 
 
+@pytest.mark.slow
 def test_outputs_that_never_show_close_the_window_for_the_check_to_fail(timed_batch):
     sub, x, y, refill = timed_batch("good.py")
     seconds = sub.time_calls("add_into", [((x, y), {})], refill=refill, settled=lambda: False)

@@ -352,6 +352,7 @@ def test_stray_processes_sees_a_descendant():
 
 
 # -- end to end ----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_quick_adversarial_submissions_score_nothing(tmp_path):
     """The quick tricks through the real grader, two validations at once (--jobs): 0 points,
     valid reports, nothing left behind."""

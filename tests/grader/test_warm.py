@@ -71,6 +71,7 @@ def l1_host():
     host.close()
 
 
+@pytest.mark.slow
 def test_hostile_gradings_leave_nothing_for_the_next_in_the_same_host(tmp_path, l1_host):
     """The reference graded in a host right after a daemon forger and a parent killer, by the
     worker the host started while the parent killer was graded (its spare), gets the verdicts a
@@ -93,6 +94,7 @@ def test_hostile_gradings_leave_nothing_for_the_next_in_the_same_host(tmp_path, 
     assert _verdicts(warm, L1) == _verdicts(cold, L1)
 
 
+@pytest.mark.slow
 def test_a_host_keeps_only_its_reference_between_gradings(tmp_path):
     """Between two gradings the host's processes are itself, the reference's worker and the
     spare started for the next grading: the submission's worker, and what it forked off, are
@@ -116,6 +118,7 @@ def test_a_host_keeps_only_its_reference_between_gradings(tmp_path):
         host.close()
 
 
+@pytest.mark.slow
 def test_a_grading_that_goes_away_takes_the_host_down_with_its_workers(tmp_path):
     """A grading killed mid-session (its batch timed it out) must not leave its session
     running in the host for the next grading to meet: the host ends, workers and all, and
@@ -178,6 +181,7 @@ def _grading_folders(pid: int) -> list[str]:
     return sorted(found)
 
 
+@pytest.mark.slow
 def test_a_host_takes_only_sessions_of_its_assignment_and_device(tmp_path):
     """A grading of another assignment sent to a host runs cold, and right."""
     host = WarmHost(L1.folder, "cpu", {})
@@ -198,6 +202,7 @@ CALLERS_PYTEST_ENV = {
 }
 
 
+@pytest.mark.slow
 def test_the_callers_pytest_settings_never_reach_the_hidden_suites(tmp_path, monkeypatch):
     """The hidden suites run as the grader runs them, whatever the grading's caller set for its
     own pytest: cold, and in a host started under the same environment, a correct file earns

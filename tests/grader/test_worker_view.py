@@ -49,6 +49,7 @@ def looking(request):
     sub.close()
 
 
+@pytest.mark.slow
 def test_a_worker_sees_nothing_outside_its_allow_list(planted, looking):
     conf, sub = looking
     assert conf.describe()["file_system"]["view"] == "allow-list", conf.describe()["file_system"]
@@ -68,6 +69,7 @@ def test_a_worker_sees_nothing_outside_its_allow_list(planted, looking):
     assert sub.write(str(sub.scratch / "home" / "mine")) and sub.write("/tmp/mine")
 
 
+@pytest.mark.slow
 def test_a_worker_under_its_own_uid_cannot_reach_the_machine_through_proc(looking):
     """No pid namespace: /proc/PID/root of the grader's processes would lead to the machine's
     root. Closed to another uid (and with an own /proc those processes are not even listed)."""
@@ -78,6 +80,7 @@ def test_a_worker_under_its_own_uid_cannot_reach_the_machine_through_proc(lookin
     assert sub.listing("/proc/1/root") is None
 
 
+@pytest.mark.slow
 def test_a_link_put_in_place_of_the_log_is_neither_written_nor_read(tmp_path):
     """The scratch folder is the worker's: a worker that leaves a link to another file where
     its log was, then dies, must not get the next worker's output written there (as root), nor
