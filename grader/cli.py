@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -15,6 +16,26 @@ from .assignment import Assignment, AssignmentError
 from .machines import DeviceUnavailable, resolve_device
 from .run import grade, process_age
 from .warm import HOST_ENV
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why a report cannot be written at `path`, asked before the grading so that its minutes are
+    not lost to a path; None once its folder exists and takes a file. The report replaces the
+    file there (grader/report.py), so only a plain file may be there already: never a device or
+    a link, which as root would be replaced."""
+    if path.is_dir() and not path.is_symlink():
+        return "it is a folder; give a file path"
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        return "something other than a plain file is there; give a new path or a plain file's"
+    existing = next(p for p in path.parents if p.exists())
+    if not existing.is_dir():
+        return f"{existing} is not a folder"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=path.parent).close()
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 def _fail(message: str) -> int:
@@ -88,8 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     except DeviceUnavailable as exc:
         return _fail(str(exc))
     report_path = Path(args.report)
-    if report_path.is_dir():
-        return _fail(f"--report {report_path} is a folder; give a file path")
+    why = _unwritable(report_path)
+    if why:
+        return _fail(f"cannot write the report at {report_path}: {why}")
     report = grade(assignment, submission, report_path, device, args.seed,
                    drop_privileges=not args.no_privilege_drop, quiet=args.quiet,
                    protect=[Path(p) for p in args.protect], started=time.monotonic() - process_age(),

@@ -26,6 +26,15 @@ SUMMARY = "summary"                # the class page (grader/summary.py)
 JOB_LOGS = ".grader-jobs"          # cluster jobs' scripts and logs: beside submitted/, never a student
 
 
+def course_folder(value: str) -> Path:
+    """--course as argparse reads it: a folder that exists, so that a mistyped path is an error
+    and not a new, empty course (a summary, a database, tokens written where nobody looks)."""
+    import argparse
+    if not Path(value).is_dir():
+        raise argparse.ArgumentTypeError(f"no course folder at {value}" + (" (it is a file)" if Path(value).exists() else ""))
+    return Path(value)
+
+
 def gradebook_url(root: str | Path) -> str:
     """The default gradebook of the course at `root` (SQLite, in the course root)."""
     return f"sqlite:///{Path(root).resolve() / GRADEBOOK}"

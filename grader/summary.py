@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 from . import results
 from .assignment import Assignment, AssignmentError
-from .course import SUMMARY, Course, Row
+from .course import SUMMARY, Course, Row, course_folder
 from .files import atomic_write
 
 PLOTS = ("scores.png", "areas.png", "performance.png")
@@ -307,7 +307,7 @@ def _students(course: Course, rows: list[Row], out: Path) -> str:
 def add_parser(sub) -> None:
     p = sub.add_parser("summary", help="one HTML page on how the class did (COURSE/summary/index.html)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--course", required=True, help="course folder graded by grade-all")
+    p.add_argument("--course", required=True, type=course_folder, help="course folder graded by grade-all")
     p.add_argument("--assignment", help="assignment folder (default: the only one under assignment/)")
     p.add_argument("--out", help="folder for the page and its images (default: COURSE/summary)")
     p.set_defaults(run=main)

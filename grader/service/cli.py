@@ -3,6 +3,8 @@ parses every subcommand, and must not import the service's web and database stac
 (a student's environment has neither)."""
 from __future__ import annotations
 
+from ..course import course_folder
+
 SERVE = ("The grading service for one assignment of one course (docs/service.md): students send checks and "
          "hand-ins over HTTP, graded as grade-all grades. One service per course.")
 
@@ -15,7 +17,8 @@ def add_parsers(sub) -> None:
 def _serve_parser(sub) -> None:
     p = sub.add_parser("serve", help="the grading service: students send checks and hand-ins over HTTP",
                        description=SERVE)
-    p.add_argument("--course", required=True, help="course folder (nbgrader layout); hand-ins go to its submitted/")
+    p.add_argument("--course", required=True, type=course_folder,
+                   help="course folder (nbgrader layout); hand-ins go to its submitted/")
     p.add_argument("--assignment", help="assignment folder (default: the only one under assignment/)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--jobs", type=int, help="gradings at once (default: one per GPU; on the CPU half the cores; "
@@ -44,7 +47,8 @@ def _serve_parser(sub) -> None:
 def _tokens_parser(sub) -> None:
     p = sub.add_parser("tokens", help="make or revoke the grading service's tokens (prints STUDENT TOKEN lines)",
                        description="Tokens are shown once, here, and stored only as their SHA-256.")
-    p.add_argument("--course", required=True, help="course folder (the service's database is in it by default)")
+    p.add_argument("--course", required=True, type=course_folder,
+                   help="course folder (the service's database is in it by default)")
     p.add_argument("--db", help="the service's database URL (default: sqlite:///COURSE/service.db)")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--add", nargs="+", metavar="STUDENT", help="one new token for each of these students")

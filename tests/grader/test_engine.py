@@ -146,6 +146,31 @@ def test_cuda_asked_for_without_a_gpu_is_one_clear_line_everywhere(tmp_path):
         assert r.returncode == 2 and "no usable CUDA device" in r.stderr, (args, r.stderr[-500:])
 
 
+def test_a_report_path_that_cannot_be_written_is_refused_before_grading(tmp_path):
+    """Said before the grading, so that its minutes are not spent on a report with nowhere to
+    go; and a device or a link at the path is never replaced by the report."""
+    (tmp_path / "a_file").write_text("")
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere.json")
+    cases = {str(tmp_path / "a_file" / "r.json"): "is not a folder",
+             str(tmp_path): "it is a folder",
+             "/dev/null": "something other than a plain file",
+             str(tmp_path / "link"): "something other than a plain file"}
+    for path, says in cases.items():
+        r = _cli("grade", "--assignment", "tests/grader/toy", "--submission", "tests/grader/toy/submissions/good.py",
+                 "--report", path, "--device", "cpu", "--quiet")
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, (path, r.stderr[-500:])
+        assert "total" not in r.stdout, f"{path}: graded before refusing"
+    assert Path("/dev/null").is_char_device() and not (tmp_path / "elsewhere.json").exists()
+
+
+@pytest.mark.parametrize("command", [["summary"], ["serve"], ["tokens", "--add", "ann"]])
+def test_a_course_folder_that_is_not_there_is_refused_not_made(tmp_path, command):
+    missing = tmp_path / "typo"
+    r = _cli(command[0], "--course", str(missing), *command[1:])
+    assert r.returncode == 2 and f"no course folder at {missing}" in r.stderr, r.stderr[-500:]
+    assert not missing.exists()
+
+
 @pytest.mark.slow
 def test_binary_submission_yields_a_zero_report(tmp_path):
     blob = tmp_path / "toy.py"
