@@ -254,6 +254,9 @@ def _copy(course: Course, report: dict, students: list[str]) -> int:
     return len(students)
 
 
+GRADEBOOK_FAILED = "could not update the gradebook"
+
+
 def publish(course: Course, rows: list[Row], csv_path: Path, db_url: str | None) -> list[str]:
     """Feedback for each graded student (and none for the others), the CSV, the gradebook."""
     notes = []
@@ -271,6 +274,11 @@ def publish(course: Course, rows: list[Row], csv_path: Path, db_url: str | None)
         except ImportError:
             notes.append("nbgrader is not installed: gradebook not updated")
         else:
-            gradebook.update(course, rows, db_url)
-            notes.append(f"updated gradebook {db_url}")
+            try:
+                gradebook.update(course, rows, db_url)
+            except Exception as exc:        # the server is down, refuses us, or is not a gradebook
+                notes.append(f"{GRADEBOOK_FAILED} {db_url}: {type(exc).__name__}: {str(exc)[:300]} "
+                             "(the reports and the CSV are written; run grade-all again to retry)")
+            else:
+                notes.append(f"updated gradebook {db_url}")
     return notes

@@ -6,36 +6,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from . import report as reports
 from . import results
 from .assignment import Assignment, AssignmentError
+from .files import cannot_write
 from .machines import DeviceUnavailable, resolve_device
 from .run import grade, process_age
 from .warm import HOST_ENV
-
-
-def _unwritable(path: Path) -> str | None:
-    """Why a report cannot be written at `path`, asked before the grading so that its minutes are
-    not lost to a path; None once its folder exists and takes a file. The report replaces the
-    file there (grader/report.py), so only a plain file may be there already: never a device or
-    a link, which as root would be replaced."""
-    if path.is_dir() and not path.is_symlink():
-        return "it is a folder; give a file path"
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        return "something other than a plain file is there; give a new path or a plain file's"
-    existing = next(p for p in path.parents if p.exists())
-    if not existing.is_dir():
-        return f"{existing} is not a folder"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=path.parent).close()
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    return None
 
 
 def _fail(message: str) -> int:
@@ -109,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     except DeviceUnavailable as exc:
         return _fail(str(exc))
     report_path = Path(args.report)
-    why = _unwritable(report_path)
+    why = cannot_write(report_path)
     if why:
         return _fail(f"cannot write the report at {report_path}: {why}")
     report = grade(assignment, submission, report_path, device, args.seed,

@@ -48,3 +48,23 @@ def private_folder(folder: Path) -> Path:
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
         raise RuntimeError(f"{folder} is not a private folder of ours; refusing to use it")
     return folder
+
+
+def cannot_write(path: Path) -> str | None:
+    """Why a file the grader writes (a report, a CSV) cannot go at `path`, asked before the work
+    that makes it, so that a grading's minutes are not lost to a path; None once its folder
+    exists and takes a file. The write replaces the file there (`replacing`), so only a plain
+    file may be there already: never a device or a link, which as root would be replaced."""
+    if path.is_dir() and not path.is_symlink():
+        return "it is a folder; give a file path"
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        return "something other than a plain file is there; give a new path or a plain file's"
+    existing = next(p for p in path.parents if p.exists())
+    if not existing.is_dir():
+        return f"{existing} is not a folder"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=path.parent).close()
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None

@@ -9,11 +9,12 @@ import signal
 import sys
 from pathlib import Path
 
-from . import batch, leftovers
+from . import batch, gradebook, leftovers
 from .assignment import Assignment, AssignmentError
-from .batch import BatchResult, LocalBatch, default_timeout, grade_all, publish
+from .batch import GRADEBOOK_FAILED, BatchResult, LocalBatch, default_timeout, grade_all, publish
 from .course import Course, gradebook_url
 from .course_lock import BUSY_EXIT, CourseBusy, CourseLock, LockUnavailable
+from .files import cannot_write
 
 def add_parser(sub) -> None:
     p = sub.add_parser("grade-all", help="grade every submission of a course folder (nbgrader layout)",
@@ -95,6 +96,15 @@ def _run(args, course: Course) -> int:
     swept = leftovers.sweep(course.root)
     if swept:
         print(f"grade-all: removed what a run that died left: {', '.join(swept)}", file=sys.stderr)
+    # What the grading's results go to is checked before the grading: its minutes are not lost to a path.
+    csv_path = Path(args.csv) if args.csv else course.grades_csv
+    db_url = None if args.no_gradebook else (args.db or gradebook_url(course.root))
+    why = cannot_write(csv_path)
+    if why:
+        return _usage(f"cannot write the CSV at {csv_path}: {why}")
+    why = db_url and gradebook.url_problem(db_url)
+    if why:
+        return _usage(f"--db {db_url} names no database this machine can open ({why})")
     try:
         executor = make_executor(args, course)
     except ValueError as exc:
@@ -106,13 +116,11 @@ def _run(args, course: Course) -> int:
     except RuntimeError as exc:          # the cluster refused the batch
         print(f"grader: {exc}", file=sys.stderr)
         return 1
-    csv_path = Path(args.csv) if args.csv else course.grades_csv
-    db_url = None if args.no_gradebook else (args.db or gradebook_url(course.root))
     notes = publish(course, result.rows, csv_path, db_url)
     print(describe(result, executor.describe()))
     for note in notes:
-        print(note)
-    return 0
+        print(note, file=sys.stderr if note.startswith(GRADEBOOK_FAILED) else sys.stdout)
+    return 1 if any(note.startswith(GRADEBOOK_FAILED) for note in notes) else 0
 
 
 SLURM_OPTIONS = ("partition", "account", "time_limit", "gpus_per_task", "cpus_per_task", "mem_per_task",
@@ -129,6 +137,10 @@ def check_slurm_options(args) -> None:
 def make_executor(args, course: Course):
     """The executor the command line asks for; ValueError says why it cannot be had."""
     from .machines import DeviceUnavailable, default_jobs, resolve_device
+    if args.timeout is not None and args.timeout <= 0:
+        raise ValueError("--timeout must be more than 0 seconds")
+    if args.jobs is not None and args.jobs < 1:
+        raise ValueError("--jobs must be at least 1")
     timeout_s = args.timeout or default_timeout(course)
     check_slurm_options(args)
     if args.files_per_task is not None and args.executor == "local":

@@ -37,6 +37,21 @@ def _num(x: float) -> str:
     return f"{x:.4f}".rstrip("0").rstrip(".")
 
 
+def url_problem(db_url: str) -> str | None:
+    """Why `db_url` names no database SQLAlchemy can open, asked before a class is graded (the
+    server itself is met only when the gradebook is written); None where it parses and its
+    driver is installed, or where nbgrader (and so SQLAlchemy) is not installed at all."""
+    try:
+        import sqlalchemy
+    except ImportError:
+        return None
+    try:
+        sqlalchemy.make_url(db_url).get_dialect()
+    except Exception as exc:        # ArgumentError, NoSuchModuleError, a driver's ImportError
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 def update(course: Course, rows: list[Row], db_url: str) -> None:
     from nbgrader.api import Grade, Gradebook
     from sqlalchemy.exc import SAWarning

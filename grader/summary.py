@@ -22,7 +22,7 @@ from urllib.parse import quote
 from . import results
 from .assignment import Assignment, AssignmentError
 from .course import SUMMARY, Course, Row, course_folder
-from .files import atomic_write
+from .files import atomic_write, cannot_write
 
 PLOTS = ("scores.png", "areas.png", "performance.png")
 TOP_HINTS = 12
@@ -320,6 +320,11 @@ def main(args) -> int:
         print(f"grader: {exc}", file=sys.stderr)
         return 2
     course = Course(args.course, assignment)
-    index = build(course, Path(args.out) if args.out else course.root / SUMMARY)
+    out = Path(args.out) if args.out else course.root / SUMMARY
+    why = cannot_write(out / "index.html")
+    if why:
+        print(f"grader: cannot write the summary in {out}: {why}", file=sys.stderr)
+        return 2
+    index = build(course, out)
     print(f"summary written to {index}")
     return 0

@@ -559,7 +559,7 @@ def _validate(args, mutants: Path) -> int:
         return 2
     out = Path(args.out)
     cols = columns(assignment, device)
-    jobs = args.jobs or 1
+    jobs = 1 if args.jobs is None else args.jobs
     if jobs < 1:
         print("grader validate: --jobs must be at least 1", file=sys.stderr)
         return 2

@@ -189,6 +189,33 @@ def test_missing_course_folder_is_a_usage_error(tmp_path, capsys):
     assert code == 2 and "no submitted/ folder" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("extra, says", [
+    (["--jobs", "0"], "--jobs must be at least 1"),
+    (["--timeout", "-5"], "--timeout must be more than 0 seconds"),
+    (["--csv", "/proc/none/grades.csv"], "cannot write the CSV at /proc/none/grades.csv"),
+    (["--db", "nonsense://x"], "--db nonsense://x names no database"),
+])
+def test_what_the_results_go_to_is_checked_before_any_grading(tmp_path, capsys, extra, says):
+    """A bad option is one line and exit 2 before the first grading, not a traceback after the
+    last: a class's grading takes minutes to hours."""
+    good = tmp_path / "submitted" / "ann" / toy_class.TOY.id / toy_class.TOY.submission
+    good.parent.mkdir(parents=True)
+    good.write_bytes((toy_class.SUBMISSIONS / "good.py").read_bytes())
+    code = main(["grade-all", "--course", str(tmp_path), "--assignment", str(REPO / "tests/grader/toy"),
+                 "--device", "cpu", "--no-progress", *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and says in err and "Traceback" not in err, err
+    assert not (tmp_path / "autograded").exists(), "graded before refusing"
+
+
+def test_a_gradebook_that_cannot_be_written_is_said_and_keeps_the_csv(tmp_path, capsys):
+    from grader.batch import GRADEBOOK_FAILED
+    course = Course(tmp_path, toy_class.TOY)
+    notes = publish(course, [], tmp_path / "grades.csv", "postgresql+psycopg://nobody@127.0.0.1:1/none")
+    assert (tmp_path / "grades.csv").is_file()
+    assert any(n.startswith(GRADEBOOK_FAILED) and "run grade-all again" in n for n in notes), notes
+
+
 @pytest.mark.slow
 def test_sigterm_stops_the_batch_keeping_no_partial_report(tmp_path):
     folder = tmp_path / "submitted" / "s1" / "toy_add"
