@@ -153,3 +153,25 @@ def test_missing_numpy_is_named_not_blamed_on_the_file(bundle, run_pytest, tmp_p
     assert proc.returncode == 2, output
     assert "numpy is missing: pip install numpy" in output
     assert "line " not in output, output
+
+
+@pytest.mark.slow
+def test_a_crash_of_the_process_names_the_test_it_died_in(bundle, run_pytest, tmp_path):
+    """A store far outside a tensor kills the process under the interpreter, and under -q the
+    dump names no test: the bundle's tests say which one it died in. The crash here is a real
+    segmentation fault in the write, as a wild store makes one."""
+    solved = tmp_path / "solved"
+    shutil.copytree(bundle, solved)
+    crashing = REFERENCE.read_text(encoding="utf-8") + (
+        "\n\n_write = reshape_and_cache\n\n\n"
+        "def reshape_and_cache(key, value, k_cache, v_cache, slot_mapping):\n"
+        "    if key.shape[0] == 3:\n"
+        "        import ctypes\n"
+        "        ctypes.string_at(0)          # reads address 0: SIGSEGV\n"
+        "    return _write(key, value, k_cache, v_cache, slot_mapping)\n")
+    (solved / "l1_paged_kv_write.py").write_text(crashing, encoding="utf-8")
+    proc = run_pytest(str(solved / "tests"), "-q", cwd=solved)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output
+    assert "The Python process died while running " in output and "::test_" in output.split("died while running ")[1], \
+        output[-3000:]
