@@ -254,11 +254,13 @@ def _copy(course: Course, report: dict, students: list[str]) -> int:
     return len(students)
 
 
-GRADEBOOK_FAILED = "could not update the gradebook"
+class GradebookError(RuntimeError):
+    """The gradebook could not be written; the feedback and the CSV were."""
 
 
 def publish(course: Course, rows: list[Row], csv_path: Path, db_url: str | None) -> list[str]:
-    """Feedback for each graded student (and none for the others), the CSV, the gradebook."""
+    """Feedback for each graded student (and none for the others), the CSV, the gradebook; what
+    was done, as notes. GradebookError once the rest is written, if the gradebook cannot be."""
     notes = []
     for row in rows:
         path = course.feedback_path(row.student)
@@ -277,8 +279,8 @@ def publish(course: Course, rows: list[Row], csv_path: Path, db_url: str | None)
             try:
                 gradebook.update(course, rows, db_url)
             except Exception as exc:        # the server is down, refuses us, or is not a gradebook
-                notes.append(f"{GRADEBOOK_FAILED} {db_url}: {type(exc).__name__}: {str(exc)[:300]} "
-                             "(the reports and the CSV are written; run grade-all again to retry)")
-            else:
-                notes.append(f"updated gradebook {db_url}")
+                raise GradebookError(f"could not update the gradebook {db_url}: {type(exc).__name__}: "
+                                     f"{' '.join(str(exc).split())[:300]} (the reports and {csv_path} are written; run grade-all "
+                                     "again to retry)") from None
+            notes.append(f"updated gradebook {db_url}")
     return notes

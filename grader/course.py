@@ -13,6 +13,7 @@ sha256, this grader's version and the assignment (with its suites' fingerprint);
 """
 from __future__ import annotations
 
+import argparse
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,6 @@ JOB_LOGS = ".grader-jobs"          # cluster jobs' scripts and logs: beside subm
 def course_folder(value: str) -> Path:
     """--course as argparse reads it: a folder that exists, so that a mistyped path is an error
     and not a new, empty course (a summary, a database, tokens written where nobody looks)."""
-    import argparse
     if not Path(value).is_dir():
         raise argparse.ArgumentTypeError(f"no course folder at {value}" + (" (it is a file)" if Path(value).exists() else ""))
     return Path(value)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from . import batch, gradebook, leftovers
 from .assignment import Assignment, AssignmentError
-from .batch import GRADEBOOK_FAILED, BatchResult, LocalBatch, default_timeout, grade_all, publish
+from .batch import BatchResult, GradebookError, LocalBatch, default_timeout, grade_all, publish
 from .course import Course, gradebook_url
 from .course_lock import BUSY_EXIT, CourseBusy, CourseLock, LockUnavailable
 from .files import cannot_write
@@ -116,11 +116,15 @@ def _run(args, course: Course) -> int:
     except RuntimeError as exc:          # the cluster refused the batch
         print(f"grader: {exc}", file=sys.stderr)
         return 1
-    notes = publish(course, result.rows, csv_path, db_url)
     print(describe(result, executor.describe()))
+    try:
+        notes = publish(course, result.rows, csv_path, db_url)
+    except GradebookError as exc:
+        print(f"grader: {exc}", file=sys.stderr)
+        return 1
     for note in notes:
-        print(note, file=sys.stderr if note.startswith(GRADEBOOK_FAILED) else sys.stdout)
-    return 1 if any(note.startswith(GRADEBOOK_FAILED) for note in notes) else 0
+        print(note)
+    return 0
 
 
 SLURM_OPTIONS = ("partition", "account", "time_limit", "gpus_per_task", "cpus_per_task", "mem_per_task",

@@ -255,9 +255,9 @@ def read_state(state: Path, assignment: Assignment, code: int, tail: str, instru
     if collected is None:
         instructor["pytest_tail"] = tail[-6000:]
         return [], sandbox, "the grader could not collect its hidden tests (see extra_data.instructor)"
-    nodeids = [c.get("nodeid") if isinstance(c, dict) else None for c in collected]
     if not all(isinstance(c, dict) and {"nodeid", "area", "contract"} <= set(c) and isinstance(c["nodeid"], str)
-               and c["area"] in assignment.areas for c in collected) or len(set(nodeids)) != len(nodeids):
+               and c["area"] in assignment.areas for c in collected) \
+            or len({c["nodeid"] for c in collected}) != len(collected):
         return [], sandbox, "the grader's record of its tests is damaged; no points can be given"
     reports_of: dict[str, list] = {}
     for t in pytest_json.get("tests", []) if isinstance(pytest_json.get("tests"), list) else []:
@@ -268,21 +268,21 @@ def read_state(state: Path, assignment: Assignment, code: int, tail: str, instru
         problem = str(worker["import_error"])
     for c in collected:
         got = reports_of.get(c["nodeid"], [])
-        meta = got[0].get("metadata") if len(got) == 1 else None
-        meta = meta if isinstance(meta, dict) else {}
-        outcome = meta.get("outcome")
         if len(got) > 1:
             results.append(TestResult(c["nodeid"], c["area"], c["contract"], "error",
                                       "the grading run reported this test more than once; it scores nothing"))
             problem = problem or "the grader's record of a test is damaged; that test scores nothing"
             continue
+        entry = got[0] if got else {}
+        meta = entry.get("metadata") if isinstance(entry.get("metadata"), dict) else {}
+        outcome = meta.get("outcome")
         if not got or outcome not in OUTCOMES:
             results.append(TestResult(c["nodeid"], c["area"], c["contract"], "error",
                                       "the grading run ended before this test reported"))
             problem = problem or "the grading run ended early; unreported tests score nothing"
             continue
-        duration = sum(_number((got[0].get(w) or {}).get("duration")) or 0.0 for w in ("setup", "call", "teardown")
-                       if isinstance(got[0].get(w) or {}, dict))
+        phases = [entry.get(w) for w in ("setup", "call", "teardown")]
+        duration = sum(_number(p.get("duration")) or 0.0 for p in phases if isinstance(p, dict))
         figures = meta.get("figures")
         figures = {str(k): v for k, f in figures.items() if (v := _number(f)) is not None} \
             if isinstance(figures, dict) else None
@@ -296,8 +296,8 @@ def read_state(state: Path, assignment: Assignment, code: int, tail: str, instru
 
 
 def _number(value) -> float | None:
-    """A finite int or float from a record, else None: JSON's NaN and Infinity, and booleans, are
-    no measure (a NaN compares false against every point of a curve)."""
+    """A finite int or float from a record, else None: JSON's NaN and Infinity, and booleans, are no
+    number (a NaN measure compares false against every point of a curve)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None

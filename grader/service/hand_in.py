@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from ..course import Course
+from ..submission_file import TIMESTAMP
 
 NBGRADER_FORMAT = "%Y-%m-%d %H:%M:%S.%f %Z"     # nbgrader's default timestamp_format, in UTC
 AT_FDCWD = -100
@@ -34,7 +35,7 @@ def store(course: Course, student: str, data: bytes, when: datetime.datetime) ->
     new = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
         _write(new / course.assignment.submission, data)
-        _write(new / course.timestamp_path(student).name, (timestamp(when) + "\n").encode())
+        _write(new / TIMESTAMP, (timestamp(when) + "\n").encode())
         new.chmod(0o755)
         if folder.is_dir() and not folder.is_symlink():
             if not _exchange(new, folder):
