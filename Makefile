@@ -45,7 +45,7 @@ grade: $(VENV)/.runtime
 
 test: $(VENV)/.dev
 	$(PY) -m ruff check .
-	$(PY) -m pytest tests/grader tests/assignment -q
+	$(PY) -m pytest tests/grader tests/assignment -q --durations=15
 	$(PY) -m grader validate --assignment $(ASSIGNMENT) --fast --out build/validate-fast.json
 
 test-fast: $(VENV)/.dev
