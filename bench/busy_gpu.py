@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grader import gpu_load, results  # noqa: E402
+from grader import gpu_load, report_reader  # noqa: E402
 from grader.assignment import Assignment  # noqa: E402
 from grader.corpus import load_corpus  # noqa: E402
 from grader.course import Course  # noqa: E402
@@ -68,19 +68,19 @@ def grade(submission: Path, report: Path) -> dict:
     subprocess.run([sys.executable, "-m", "grader", "grade", "--submission", str(submission), "--report",
                     str(report), "--device", "cuda"], cwd=ROOT, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, check=False)
-    return results.read(report) or {}
+    return report_reader.read(report) or {}
 
 
 def verdict(report: dict) -> tuple[bool, str]:
     """(full marks, or full marks outside an area not measured; a line)."""
     score, top = report.get("score"), report.get("max_score")
-    why = results.regrade(report)
-    areas = results.areas(report)
+    why = report_reader.regrade(report)
+    areas = report_reader.areas(report)
     lost = {n: a["score"] for n, a in areas.items() if a.get("graded") and a["score"] < a["points"] - 1e-6}
     ok = score is not None and not lost and score >= top - 1e-6
     perf = [t for t in report.get("tests", []) if "performance" in t.get("tags", [])]
-    ratio = results.test_detail(perf[0]).get("measure") if perf else None
-    figures = [results.test_detail(t).get("figures") or {} for t in perf]
+    ratio = report_reader.test_detail(perf[0]).get("measure") if perf else None
+    figures = [report_reader.test_detail(t).get("figures") or {} for t in perf]
     attempts = sum(f.get("quiet_attempts", 0) for f in figures)
     waited = max((f.get("quiet_waited_s", 0) for f in figures), default=0)
     lost_hints = "; ".join(t.get("output", "")[:150] for t in report.get("tests", [])
@@ -126,13 +126,13 @@ def noisy_class(copies: int, jobs: int, work: Path, k: int, noisy: bool = True) 
     shutil.rmtree(mutants, ignore_errors=True)
     out = []
     for student in students:
-        report = results.read_or_none(Course(course, assignment).report_path(student)) or {}
+        report = report_reader.read_or_none(Course(course, assignment).report_path(student)) or {}
         ok, line = verdict(report)
         out.append({"class": k, "student": student, "ok": ok or student == "noisy", "result": line})
         print(f"  class {k} {student}: {'ok ' if ok else ('-- ' if student == 'noisy' else 'BAD')} {line}",
               flush=True)
     print(f"  class {k}: {len(students)} gradings in {wall:.0f} s ({60 * len(students) / wall:.1f} a minute)")
-    went = time_went([results.read_or_none(Course(course, assignment).report_path(s)) or {} for s in students])
+    went = time_went([report_reader.read_or_none(Course(course, assignment).report_path(s)) or {} for s in students])
     print("  where a grading's time went (mean s): " + json.dumps(went), flush=True)
     out.append({"class": k, "wall_s": round(wall, 1), "gradings": len(students), "ok": True, "time_went": went})
     return out
@@ -145,7 +145,7 @@ def time_went(reports: list[dict]) -> dict:
     per_test: dict[str, float] = {}
     for report in reports:
         for test in report.get("tests", []):
-            detail = results.test_detail(test)
+            detail = report_reader.test_detail(test)
             duration = float(detail.get("duration_s") or 0.0)
             figures = detail.get("figures") or {}
             totals["tests_s"] += duration

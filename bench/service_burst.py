@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grader import results  # noqa: E402
+from grader import report_reader  # noqa: E402
 from grader.assignment import Assignment  # noqa: E402
 from grader.corpus import load_corpus  # noqa: E402
 from grader.submit_client import Api, ClientError  # noqa: E402
@@ -101,7 +101,7 @@ def one_at_a_time(assignment: Assignment, data: bytes, seed: int, device: str, w
     subprocess.run([sys.executable, "-m", "grader", "grade", "--assignment", str(assignment.folder), "--submission",
                     str(file), "--report", str(report), "--device", device, "--seed", str(seed), "--quiet"],
                    cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    got = results.read_or_none(report)
+    got = report_reader.read_or_none(report)
     return None if got is None else float(got.get("score", 0.0))
 
 
@@ -175,7 +175,7 @@ def _own_and_equal(run: dict, assignment: Assignment, device: str, work: Path) -
         report = store.report(state["id"]) or {}
     finally:
         store.close()
-    if results.sha256(report) != hashlib.sha256(run["data"]).hexdigest():
+    if report_reader.sha256(report) != hashlib.sha256(run["data"]).hexdigest():
         return "the report is of another file"
     seed = (report.get("extra_data") or {}).get("instructor", {}).get("seed")
     if not isinstance(seed, int):

@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import feedback, gradebook, leftovers
-from . import results as reports
+from . import report_reader
 from .assignment import REPO
-from .course import Course, Row
+from .course import Course, StudentRow
 from .files import atomic_write
 from .machines import SlotPool
-from .warm import WarmHost
+from .warm import HostProcess
 from .report import write_atomically
 from .sandbox.processes import signal_group
 
@@ -53,7 +53,7 @@ Outcome = tuple[Job, "dict | None", str]    # a grading's end: (job, report, "")
 
 @dataclass
 class BatchResult:
-    rows: list[Row]
+    rows: list[StudentRow]
     graded: int = 0         # grading processes run: one per distinct file not graded before
     copied: int = 0         # students given the report of an identical file
     unchanged: int = 0      # students whose report was already current
@@ -124,15 +124,15 @@ class Runner:
             with self.lock:
                 self.live.discard(proc)
         # A grading we stopped still writes a report, of an interrupted run: not one to keep.
-        report = reports.read_or_none(partial) if proc.returncode == 0 and not getattr(proc, "stopped", False) else None
+        report = report_reader.read_or_none(partial) if proc.returncode == 0 and not getattr(proc, "stopped", False) else None
         if self.stopping:
             partial.unlink(missing_ok=True)
             return None, "interrupted"
-        if report is not None and reports.interrupted(report):
+        if report is not None and report_reader.interrupted(report):
             # A signal from elsewhere (Slurm ending the task, an administrator) stopped the grading:
             # its report scores what had run by then, not the file.
             report, why = None, "the grading was interrupted by a signal before it finished"
-        if report is None or reports.sha256(report) != job.sha256:
+        if report is None or report_reader.sha256(report) != job.sha256:
             partial.unlink(missing_ok=True)
             return None, why + "\n\n" + (out or "")[-4000:]
         os.replace(partial, dest)
@@ -162,9 +162,9 @@ class LocalBatch:
     """Gradings as subprocesses of this process, in the slots of a SlotPool."""
 
     def __init__(self, course: Course, device: str, jobs: int, timeout_s: float, warm: bool = True):
-        self.jobs = jobs
+        self.at_once = jobs
         self.runner = Runner(course, device, timeout_s)
-        hosts = (lambda env: WarmHost(course.assignment.folder, device, env)) if warm else None
+        hosts = (lambda env: HostProcess(course.assignment.folder, device, env)) if warm else None
         self.slot_pool = SlotPool(device, jobs, course.assignment.grading_gpu_bytes, hosts=hosts)
         self.note = self.slot_pool.note
         self.status: dict[str, int] = {}
@@ -172,7 +172,7 @@ class LocalBatch:
 
     def run(self, jobs: list[Job]):
         """Yields an Outcome per job as it ends."""
-        pool = ThreadPoolExecutor(max_workers=self.jobs)
+        pool = ThreadPoolExecutor(max_workers=self.at_once)
         try:
             futures = {pool.submit(self.slot_pool.run, self.runner.grade, job): job for job in jobs}
             for future in as_completed(futures):
@@ -193,7 +193,7 @@ class LocalBatch:
         self.slot_pool.close()
 
     def describe(self) -> str:
-        return f"on {self.device} with {self.jobs} at once" + (", warm" if self.slot_pool.hosts else ", cold")
+        return f"on {self.device} with {self.at_once} at once" + (", warm" if self.slot_pool.hosts else ", cold")
 
 
 def grade_all(course: Course, device: str, jobs: int = 1, timeout_s: float | None = None,
@@ -204,7 +204,7 @@ def grade_all(course: Course, device: str, jobs: int = 1, timeout_s: float | Non
     todo, copies, unchanged = plan(course, device)
     result = BatchResult(rows=[], unchanged=unchanged)
     for source, students in copies.items():
-        result.copied += _copy(course, reports.read(source), students)
+        result.copied += _copy(course, report_reader.read(source), students)
     if executor is None:
         executor = LocalBatch(course, device, jobs, timeout_s or default_timeout(course))
 
@@ -258,7 +258,7 @@ class GradebookError(RuntimeError):
     """The gradebook could not be written; the feedback and the CSV were."""
 
 
-def publish(course: Course, rows: list[Row], csv_path: Path, db_url: str | None) -> list[str]:
+def publish(course: Course, rows: list[StudentRow], csv_path: Path, db_url: str | None) -> list[str]:
     """Feedback for each graded student (and none for the others), the CSV, the gradebook; what
     was done, as notes. GradebookError once the rest is written, if the gradebook cannot be."""
     notes = []

@@ -9,12 +9,11 @@ import sys
 import time
 from pathlib import Path
 
-from . import report as reports
-from . import results
+from .report import terminal_table
 from .assignment import Assignment, AssignmentError
 from .files import cannot_write
 from .machines import DeviceUnavailable, resolve_device
-from .run import grade, process_age
+from .grade_one import grade, process_age
 from .warm import HOST_ENV
 
 
@@ -92,13 +91,13 @@ def main(argv: list[str] | None = None) -> int:
     why = cannot_write(report_path)
     if why:
         return _fail(f"cannot write the report at {report_path}: {why}")
-    report = grade(assignment, submission, report_path, device, args.seed,
+    graded = grade(assignment, submission, report_path, device, args.seed,
                    drop_privileges=not args.no_privilege_drop, quiet=args.quiet,
                    protect=[Path(p) for p in args.protect], started=time.monotonic() - process_age(),
                    host=args.warm_host)
     print()
-    print(reports.terminal_table(report))
-    if results.problem(report):
-        print(f"note: {results.problem(report)}")
+    print(terminal_table(graded.areas))
+    if graded.problem:
+        print(f"note: {graded.problem}")
     print(f"report written to {report_path}")
     return 0

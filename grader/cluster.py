@@ -23,13 +23,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .results import read_or_none
+from .report_reader import read_or_none
 from .assignment import REPO, Assignment
 from .batch import STOP_GRACE_S, Job, Outcome, Runner
 from .course import JOB_LOGS, Course
 from .machines import slots
 from .sandbox.processes import signal_group
-from .warm import WarmHost
+from .warm import HostProcess
 
 POLL_S = 2.0
 # squeue's states for a task that will not run again. A task gone from squeue has ended too.
@@ -109,7 +109,7 @@ def grade_task(course_root: str, assignment_folder: str, jobs: list[Job], device
     # SIGUSR2 is submitit's signal for a coming time limit or preemption; it would requeue.
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2):
         signal.signal(signum, stop)
-    host = WarmHost(course.assignment.folder, device, {}) if warm and len(jobs) > 1 else None
+    host = HostProcess(course.assignment.folder, device, {}) if warm and len(jobs) > 1 else None
     results = []
     try:
         for job in jobs:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__, submission_file
-from . import results as reports
+from . import report_reader
 from .assignment import Assignment
 
 GRADEBOOK = "gradebook.db"         # nbgrader's gradebook, where --db names no other
@@ -42,7 +42,7 @@ def gradebook_url(root: str | Path) -> str:
 
 
 @dataclass
-class Row:
+class StudentRow:
     student: str
     status: str                  # graded | stale | error | pending | missing
     score: float = 0.0
@@ -101,18 +101,18 @@ class Course:
         return picked, ""
 
     def read_report(self, student: str) -> dict | None:
-        return reports.read_or_none(self.report_path(student))
+        return report_reader.read_or_none(self.report_path(student))
 
     def is_current(self, report: dict | None, sha256: str, device: str | None = None) -> bool:
         if report is None:
             return False
-        return (reports.sha256(report) == sha256
-                and reports.regrade(report) is None
-                and reports.grader_version(report) == __version__
-                and reports.assignment_of(report) == (self.assignment.id, self._fingerprint)
-                and (device is None or reports.device(report) == device))
+        return (report_reader.sha256(report) == sha256
+                and report_reader.regrade(report) is None
+                and report_reader.grader_version(report) == __version__
+                and report_reader.assignment_of(report) == (self.assignment.id, self._fingerprint)
+                and (device is None or report_reader.device(report) == device))
 
-    def rows(self) -> list[Row]:
+    def rows(self) -> list[StudentRow]:
         rows = [self._row(student) for student in self.students()]
         # Ungraded students are out of what the graded ones were: areas that
         # need a device the class was not graded on do not count against them.
@@ -124,10 +124,10 @@ class Course:
                 r.areas = {name: 0.0 for name in self.assignment.areas}
         return rows
 
-    def _row(self, student: str) -> Row:
+    def _row(self, student: str) -> StudentRow:
         picked, why = self.submission(student)
         if picked is None:
-            return Row(student, "missing", note=why)
+            return StudentRow(student, "missing", note=why)
         sha = picked.sha256
         report = self.read_report(student)
         if self.is_current(report, sha):
@@ -135,16 +135,16 @@ class Course:
         error = self.error_path(student)
         if error.is_file():
             first = error.read_text(errors="replace").strip().splitlines()[:1]
-            return Row(student, "error", note=first[0] if first else "grading failed", sha256=sha)
+            return StudentRow(student, "error", note=first[0] if first else "grading failed", sha256=sha)
         if report is not None:
             row = _from_report(student, "stale", report, sha)
-            why = reports.regrade(report)
-            row.note = (f"partly graded, run grade-all again: {why}" if why and reports.sha256(report) == sha
+            why = report_reader.regrade(report)
+            row.note = (f"partly graded, run grade-all again: {why}" if why and report_reader.sha256(report) == sha
                         else "report is for another file or grader version: run grade-all again")
             return row
-        return Row(student, "pending", note="not graded yet", sha256=sha)
+        return StudentRow(student, "pending", note="not graded yet", sha256=sha)
 
 
-def _from_report(student: str, status: str, report: dict, sha: str) -> Row:
-    return Row(student, status, float(report.get("score", 0.0)), float(report.get("max_score", 0.0)),
-               reports.area_points(report), reports.problem(report) or "", sha, report)
+def _from_report(student: str, status: str, report: dict, sha: str) -> StudentRow:
+    return StudentRow(student, status, float(report.get("score", 0.0)), float(report.get("max_score", 0.0)),
+               report_reader.area_points(report), report_reader.problem(report) or "", sha, report)

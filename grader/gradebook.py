@@ -19,11 +19,11 @@ import warnings
 from pathlib import Path
 
 from .assignment import Assignment
-from .course import Course, Row
+from .course import Course, StudentRow
 from .files import replacing
 
 
-def write_csv(rows: list[Row], assignment: Assignment, path: Path) -> None:
+def write_csv(rows: list[StudentRow], assignment: Assignment, path: Path) -> None:
     with replacing(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["student_id", "score", "max_score", *assignment.areas, "status", "note"])
@@ -52,7 +52,7 @@ def url_problem(db_url: str) -> str | None:
     return None
 
 
-def update(course: Course, rows: list[Row], db_url: str) -> None:
+def update(course: Course, rows: list[StudentRow], db_url: str) -> None:
     from nbgrader.api import Grade, Gradebook
     from sqlalchemy.exc import SAWarning
 

@@ -6,7 +6,7 @@ A run's warm hosts (grader/warm.py) each keep a folder in the temporary director
 (`grader-host-work-S`, in the temporary directory and in /dev/shm), S being one suffix for
 all three. The host folder holds OWNER_FILE: the identity (pid and start time) of the run
 that made it and of the host process. Gradings carry their starter's identity in PARENT_ENV.
-A grading's own work roots (`grader-work-*`, grader/run.py) hold the marker of the grading
+A grading's own work roots (`grader-work-*`, grading_roots) hold the marker of the grading
 process that made them.
 
 A pid alone does not say a process is gone: it may have been reused. An identity is the
@@ -30,7 +30,7 @@ OWNER_FILE = "owner.json"
 PARENT_ENV = "GRADER_PARENT"          # "pid:start" of the process that started a grading
 HOST_PREFIX = "grader-host-"
 WORK_PREFIX = "grader-host-work-"
-GRADING_PREFIX = "grader-work-"       # one grading's work roots (grader/run.py), marked like a host's folder
+GRADING_PREFIX = "grader-work-"       # one grading's work roots (grader/grade_one.py), marked like a host's folder
 UNCLAIMED_GRACE_S = 60                # a folder without a marker may be one being made
 PR_SET_PDEATHSIG = 1
 
@@ -85,12 +85,35 @@ def host_folders(shm: str | None) -> tuple[Path, Path, Path]:
     write_owner(folder, host=None)
     suffix = folder.name[len(HOST_PREFIX):]
     work = top / f"{WORK_PREFIX}{suffix}"
-    work.mkdir(mode=0o700)
+    work.mkdir(mode=0o700)          # not there before: one in the way is somebody else's
     exchange = work
     if shm:
         exchange = Path(shm) / f"{WORK_PREFIX}{suffix}"
         exchange.mkdir(mode=0o700)
+    for made in {work, exchange}:
+        _work_folder(made)
     return folder, work, exchange
+
+
+def grading_roots() -> dict[str, Path]:
+    """A grading's work roots: the folders its workers' scratch ("scratch_root") and shared
+    tensors ("exchange_root", in shared memory where there is some) go in. The grading removes
+    them once its session ends; each holds its identity, so that the next run removes them if
+    it was killed outright."""
+    from .sandbox.proxy import shared_tensor_root
+    roots = {"scratch_root": _work_folder(Path(tempfile.mkdtemp(prefix=GRADING_PREFIX)))}
+    shm = shared_tensor_root()
+    roots["exchange_root"] = _work_folder(Path(tempfile.mkdtemp(prefix=GRADING_PREFIX, dir=shm))) if shm \
+        else roots["scratch_root"]
+    for folder in set(roots.values()):
+        write_owner(folder, host=None)
+    return roots
+
+
+def _work_folder(path: Path) -> Path:
+    """Mode 0711: each worker reaches only the folder it is handed inside."""
+    path.chmod(0o711)
+    return path
 
 
 def write_owner(folder: Path, host: int | None) -> None:

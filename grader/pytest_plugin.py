@@ -1,8 +1,8 @@
 """pytest plugin for hidden suites: fixtures that reach the sandboxed submission,
 one rubric area per test, and the per-test record the report is built from.
 
-Loaded by the grader as `-p grader.pytest_plugin`; configured by --grader-* options.
-The test process never imports the submission; see grader/sandbox.
+Registered by grader/session.py, with a SessionPlugin that carries the session's spec and
+workers. The test process never imports the submission; see grader/sandbox.
 """
 from __future__ import annotations
 
@@ -16,90 +16,66 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from . import state_records
 from .assignment import Assignment
-from . import records
-from .sandbox import Confinement, SandboxFailure, Submission, SubmissionError, SubmissionUnavailable
+from .sandbox import SandboxFailure, Submission, SubmissionError, SubmissionUnavailable
+from .workers import confinement_for, started
 
 if TYPE_CHECKING:
     import torch
+
+    from .session_spec import SessionSpec
 # torch is imported once the submission's worker is spawned (pytest_configure), so that
 # the worker's imports and ours overlap: each takes seconds.
 
 
-def pytest_addoption(parser):
-    group = parser.getgroup("grader")
-    group.addoption("--grader-assignment", help="assignment folder (holds assignment.toml)")
-    group.addoption("--grader-submission", help="the submitted file")
-    group.addoption("--grader-device", default="cpu", choices=["cpu", "cuda"])
-    group.addoption("--grader-seed", type=int, default=0)
-    group.addoption("--grader-state", help="folder for the grader's own records of this run")
-    group.addoption("--grader-no-uid", action="store_true", help="do not drop privileges")
-    group.addoption("--grader-protect", action="append", default=[],
-                    help="a further path the worker must not reach (e.g. the class's other submissions)")
-    group.addoption("--grader-scratch-root", help="folder for the workers' scratch folders (the caller removes it)")
-    group.addoption("--grader-exchange-root", help="folder for the shared tensors (the caller removes it)")
-
-
 class Grading:
-    """Run-wide state, one per pytest session."""
+    """Run-wide state, one per pytest session: the spec it runs (grader/session.py) and the
+    workers it is handed (grader/workers.py)."""
 
-    def __init__(self, config):
-        opt = config.getoption
-        self.assignment = Assignment.load(opt("--grader-assignment"))
-        self.submission_path = Path(opt("--grader-submission"))
-        self.device: str = opt("--grader-device")
-        self.seed = opt("--grader-seed")
-        self.state = Path(opt("--grader-state"))
-        self.want_uid = not opt("--grader-no-uid")
-        self.protect = [Path(p) for p in opt("--grader-protect")]
-        self.roots = {"scratch_root": opt("--grader-scratch-root"), "exchange_root": opt("--grader-exchange-root")}
-        self._spare = WARM.spare_for(self) if WARM is not None else None
+    def __init__(self, spec: SessionSpec, assignment: Assignment, workers):
+        self.assignment = assignment
+        self.submission_path = Path(spec.submission)
+        self.device: str = spec.device
+        self.seed = spec.seed
+        self.state = Path(spec.state)
+        self.want_uid = spec.drop_privileges
+        self.protect = list(spec.protect)
+        self.roots = spec.roots()
+        self.workers = workers
+        self._spare = workers.spare_for(self)
         if self._spare is not None:
             self.confinement = self._spare.conf
-            self.confinement.close_paths(self.assignment.protected_paths() + self.protect)
+            self.confinement.close_paths(self.closed_paths())
         else:
-            self.confinement = self._confinement()
+            self.confinement = confinement_for(assignment, self.device, self.closed_paths(), self.want_uid)
         self._submission: Submission | None = None
         self._reference: Submission | None = None
-        if WARM is not None:
-            WARM.start_spare(self)      # the next grading's worker starts while this one runs
+        workers.began(self)
 
-    def _confinement(self, protect: list[Path] | None = None) -> Confinement:
-        protect = self.assignment.protected_paths() + self.protect if protect is None else protect
-        conf = Confinement.prepare(self.device, protect, want_uid=self.want_uid)
-        if self.assignment.worker_memory_bytes:
-            conf.memory_limit = self.assignment.worker_memory_bytes
-        return conf
+    def closed_paths(self) -> list[Path]:
+        return self.assignment.protected_paths() + self.protect
 
     def submission(self) -> Submission:
         if self._submission is None and self._spare is not None:
             self._spare.adopt(self.submission_path)      # its worker is up and has not imported
             self._submission, self._spare = self._spare, None
         if self._submission is None:
-            self._submission = Submission(self.submission_path, list(self.assignment.functions),
-                                          self.device, self.confinement, self.assignment.call_timeout_s,
-                                          self.assignment.time_budget_s, **self.roots)
-            self._submission.start()     # the worker imports while pytest collects
+            self._submission = started(self.submission_path, self.assignment, self.device, self.confinement,
+                                       self.roots, self.assignment.time_budget_s)   # imports while pytest collects
         return self._submission
 
     def reference(self) -> Submission | None:
         if self._reference is None and self.assignment.reference.is_file():
-            if WARM is not None:
-                self._reference = WARM.reference(self)
-                return self._reference
-            # A confinement (and so a uid) of its own: stopping one worker sweeps its uid clean.
-            self._reference = Submission(self.assignment.reference, list(self.assignment.functions),
-                                         self.device, self._confinement(), self.assignment.call_timeout_s,
-                                         **self.roots)
-            self._reference.start()
+            self._reference = self.workers.reference(self)
         return self._reference
 
     def ours(self) -> set[int]:
         """The processes of this grading: what may use its GPU while it times a kernel."""
         pids = {os.getpid()}
-        for sub in (self._submission, self._reference, WARM.spare_submission if WARM is not None else None):
-            if isinstance(sub, Submission) and sub.started:
-                pids |= sub._worker.tree()
+        for sub in (self._submission, self._reference, *self.workers.others()):
+            if sub is not None:
+                pids |= sub.pids()
         return pids
 
     @property
@@ -114,119 +90,17 @@ class Grading:
 
     def close(self) -> None:
         if self._reference is not None:
-            if WARM is not None:
-                WARM.after(self._reference)
-            else:
-                self._reference.close()
-                self._reference.conf.release()
+            self.workers.after(self._reference)
         if self._submission is not None:
             sub = self._submission
-            self.write(records.WORKER, {"restarts": sub.restarts, "failures": sub.failures[-20:],
+            self.write(state_records.WORKER, {"restarts": sub.restarts, "failures": sub.failures[-20:],
                                        "import_error": sub.unavailable, "timings": sub.timings,
                                        "log_tail": sub.log_tail()})
             sub.close()
         if self._spare is not None:     # taken, but the run never asked for the submission
             self._spare.close()
         self.confinement.release()      # its workers are gone: a grading host may hand the uid on
-        if WARM is not None and not WARM.has_spare:
-            WARM.start_spare(self)      # the one started with this grading ended with it
-
-
-class Warm:
-    """What a grading host (grader/warm_host.py) keeps from one grading to the next: the
-    reference's worker, whose start, import and compiles are the same for every submission,
-    and a spare worker started for the next submission before it arrives. Nothing of a
-    submission: its worker, uid and folders end with its grading."""
-
-    def __init__(self, roots: dict[str, Path], spare: bool = True):
-        self.roots = roots          # the host's own folders: a grading's are removed when it ends
-        self.spare = spare          # start each grading's worker ahead (see start_spare)
-        self._references: dict[tuple, Submission] = {}
-        self._spare: tuple[tuple, Submission] | None = None
-        self.spare_used = False     # whether the last grading took the spare
-
-    @staticmethod
-    def _spare_key(grading: Grading) -> tuple:
-        return (grading.submission_path.name, grading.device, grading.want_uid)
-
-    @property
-    def spare_submission(self) -> Submission | None:
-        return self._spare[1] if self._spare is not None else None
-
-    @property
-    def has_spare(self) -> bool:
-        return self._spare is not None and self._spare[1].started
-
-    def start_spare(self, grading: Grading) -> None:
-        """A worker for the next grading, started as this one begins, so that its imports, its
-        CUDA context and Triton's start are done by the time that grading asks for it: started
-        at the end of a grading, it was still importing when the next asked (H200: 2.9-4.1 s
-        waited of about 5.5 s). It has a uid and folders of its own, and holds an empty
-        placeholder of the file's name until its grading puts its file there
-        (Submission.adopt); it gets that grading's own closed paths then."""
-        self._close_spare()
-        if not self.spare:
-            return
-        a = grading.assignment
-        placeholder = Path(self.roots["scratch_root"]) / grading.submission_path.name
-        placeholder.write_text("")
-        spare = Submission(placeholder, list(a.functions), grading.device,
-                           grading._confinement(protect=a.protected_paths()), a.call_timeout_s,
-                           a.time_budget_s, **self.roots)
-        spare.start()
-        self._spare = (self._spare_key(grading), spare)
-
-    def spare_for(self, grading: Grading) -> Submission | None:
-        """The spare, if it suits this grading (the same file name, device and uid policy) and
-        its worker is still there; else None, and the grading starts its own."""
-        key, spare = self._spare or (None, None)
-        self._spare = None
-        self.spare_used = spare is not None and key == self._spare_key(grading) and spare.started
-        if spare is not None and not self.spare_used:
-            spare.close()
-            spare.conf.release()
-        return spare if self.spare_used else None
-
-    def _close_spare(self) -> None:
-        if self._spare is not None:
-            self._spare[1].close()
-            self._spare[1].conf.release()
-            self._spare = None
-
-    def reference(self, grading: Grading) -> Submission:
-        a = grading.assignment
-        key = (str(a.reference), grading.device, grading.want_uid)
-        if key not in self._references:
-            conf = Confinement.prepare(grading.device, a.protected_paths(), want_uid=grading.want_uid)
-            if a.worker_memory_bytes:
-                conf.memory_limit = a.worker_memory_bytes
-            ref = Submission(a.reference, list(a.functions), grading.device, conf, a.call_timeout_s, **self.roots)
-            ref.start()
-            self._references[key] = ref
-        return self._references[key]
-
-    def after(self, reference: Submission) -> None:
-        """A grading is over: its tensors go, and a reference worker that crashed, timed out or
-        was restarted during it is replaced before the next, not trusted to be as it was."""
-        if "exchange" in reference.__dict__:
-            reference.exchange.release()
-        if reference.restarts or reference.unavailable or reference.failures:
-            self._drop(reference)
-
-    def _drop(self, reference: Submission) -> None:
-        for key, ref in list(self._references.items()):
-            if ref is reference:
-                del self._references[key]
-        reference.close()
-        reference.conf.release()
-
-    def close(self) -> None:
-        self._close_spare()
-        for ref in list(self._references.values()):
-            self._drop(ref)
-
-
-WARM: Warm | None = None        # set in a grading host only
+        self.workers.ended(self)
 
 
 def _grading(config) -> Grading:
@@ -236,12 +110,16 @@ def _grading(config) -> Grading:
 _KEY = pytest.StashKey[Grading]()
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "area(name): the rubric area this test grades")
-    if config.getoption("--grader-submission"):
-        grading = Grading(config)
+class SessionPlugin:
+    """The grading of one session, registered beside this module by grader/session.py."""
+
+    def __init__(self, spec: SessionSpec, assignment: Assignment, workers):
+        self.spec, self.assignment, self.workers = spec, assignment, workers
+
+    def pytest_configure(self, config):
+        grading = Grading(self.spec, self.assignment, self.workers)
         config.stash[_KEY] = grading
-        grading.write(records.SANDBOX, grading.confinement.describe())
+        grading.write(state_records.SANDBOX, grading.confinement.describe())
         if not config.option.collectonly:
             grading.submission()
             if grading.measures_here:
@@ -250,13 +128,16 @@ def pytest_configure(config):
                 grading.reference()
         if grading.device == "cuda":
             import torch
-            grading.write(records.DEVICE, {"device_name": torch.cuda.get_device_name(0),
-                                        "cuda": torch.version.cuda or ""})
+            grading.write(state_records.DEVICE, {"device_name": torch.cuda.get_device_name(0),
+                                           "cuda": torch.version.cuda or ""})
+
+    def pytest_unconfigure(self, config):
+        if _KEY in config.stash:
+            config.stash[_KEY].close()
 
 
-def pytest_unconfigure(config):
-    if _KEY in config.stash:
-        config.stash[_KEY].close()
+def pytest_configure(config):
+    config.addinivalue_line("markers", "area(name): the rubric area this test grades")
 
 
 def pytest_runtest_setup(item):
@@ -299,7 +180,7 @@ def pytest_collection_modifyitems(session, config, items):
     runnable = [i for i in items if not i.get_closest_marker("skip")]
     if not config.option.collectonly and any("reference" in i.fixturenames for i in runnable):
         grading.reference()         # its worker imports while the other tests run
-    grading.write(records.COLLECTED, [{"nodeid": i.nodeid, "area": area_of(i), "contract": contract_of(i)}
+    grading.write(state_records.COLLECTED, [{"nodeid": i.nodeid, "area": area_of(i), "contract": contract_of(i)}
                                      for i in items])
 
 
@@ -364,7 +245,7 @@ def quiet_gpu(request, device):
         return gpu_quiet.Unchecked()
     grading = _grading(request.config)
     quiet = gpu_quiet.QuietGpu(device.index or 0, grading.ours)
-    grading.write(records.QUIET, {"checked": not quiet.unchecked, "problem": quiet.problem})
+    grading.write(state_records.QUIET, {"checked": not quiet.unchecked, "problem": quiet.problem})
     return quiet
 
 
@@ -475,7 +356,7 @@ def pytest_json_runtest_metadata(item, call):
         record["measure"] = item.stash[_MEASURE]
     figures = dict(item.user_properties).get("figures") if call.when == "call" else None
     if isinstance(figures, dict):
-        record["figures"] = dict(figures)      # numbers only: run.py keeps nothing else
+        record["figures"] = dict(figures)      # numbers only: grade_one.py keeps nothing else
     if call.when == "call" and _QUIET_FROM in item.stash:
         quiet, windows, waited = item.stash[_QUIET_FROM]
         item.stash.setdefault(_WAITS, {}).update(

@@ -10,8 +10,7 @@ from pathlib import Path
 from . import __version__
 from .assignment import Assignment
 from .files import replacing
-from .results import ReportError as ReportError, read as read   # the reader, beside the writer
-from .results import areas
+from .report_reader import ReportError as ReportError, read as read   # the reader, beside the writer
 from .scoring import OUTCOMES, AreaResult, TestResult, regrade, totals
 
 SCHEMA = Path(__file__).with_name("results.schema.json")
@@ -136,15 +135,15 @@ def write_atomically(report: dict, path: Path) -> None:
         f.write("\n")
 
 
-def terminal_table(report: dict) -> str:
+def terminal_table(areas: dict[str, AreaResult]) -> str:
+    """The grading's areas as `grade` prints them, from the same results the report is built from."""
     rows = [("area", "passed", "points")]
-    for name, a in areas(report).items():
-        if not a["graded"]:         # no test of it ran: neither a count nor points, only why
-            rows.append((name, "–", a["note"] or "not graded on this machine"))
+    for a in areas.values():
+        if not a.graded:         # no test of it ran: neither a count nor points, only why
+            rows.append((a.name, "–", a.note or "not graded on this machine"))
             continue
-        pts = f"{a['score']:.2f}/{a['points']:.2f}"
-        rows.append((name, f"{a['passed']}/{a['total']}", pts + (f"  {a['note']}" if a["note"] else "")))
-    rows.append(("total", "", f"{report['score']:.2f}/{report['max_score']:.2f}"))
+        rows.append((a.name, f"{a.passed}/{a.total}", f"{a.score:.2f}/{a.points:.2f}" + (f"  {a.note}" if a.note else "")))
+    score, max_score = totals(areas)
+    rows.append(("total", "", f"{score:.2f}/{max_score:.2f}"))
     width = [max(len(r[i]) for r in rows) for i in range(2)]
     return "\n".join(f"{r[0]:<{width[0]}}  {r[1]:>{width[1]}}  {r[2]}" for r in rows)
-

@@ -19,9 +19,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from urllib.parse import quote
 
-from . import results
+from . import report_reader
 from .assignment import Assignment, AssignmentError
-from .course import SUMMARY, Course, Row, course_folder
+from .course import SUMMARY, Course, StudentRow, course_folder
 from .files import atomic_write, cannot_write
 
 PLOTS = ("scores.png", "areas.png", "performance.png")
@@ -72,7 +72,7 @@ def build(course: Course, out: Path) -> Path:
     return index
 
 
-def _header(course: Course, rows: list[Row], reports: list[Row]) -> str:
+def _header(course: Course, rows: list[StudentRow], reports: list[StudentRow]) -> str:
     counts = Counter(r.status for r in rows)
     told = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     line = f"{len(rows)} students ({told or 'none'})."
@@ -80,7 +80,7 @@ def _header(course: Course, rows: list[Row], reports: list[Row]) -> str:
         scores = [r.score for r in reports]
         line += (f" Over the {len(reports)} graded: mean {statistics.mean(scores):.1f}, "
                  f"median {statistics.median(scores):.1f} of {reports[0].max_score:g}.")
-    devices = Counter(results.device(r.report) or "?" for r in reports)
+    devices = Counter(report_reader.device(r.report) or "?" for r in reports)
     if devices:
         line += " Graded on " + ", ".join(f"{d} ({n})" for d, n in devices.items()) + "."
     return f"<p>{html.escape(line)}</p>"
@@ -101,7 +101,7 @@ def _save(fig, out: Path, name: str) -> str:
     return f'<img src="{quote(name)}" alt="{html.escape(name)}">'
 
 
-def _scores(course: Course, reports: list[Row], out: Path) -> str:
+def _scores(course: Course, reports: list[StudentRow], out: Path) -> str:
     top = max(r.max_score or 0 for r in reports) or course.assignment.total_points
     fig, ax = _figure()
     ax.hist([r.score for r in reports], bins=20, range=(0, top), color="#4a7fb5", edgecolor="white")
@@ -111,10 +111,10 @@ def _scores(course: Course, reports: list[Row], out: Path) -> str:
     return "<h2>Scores</h2>" + _save(fig, out, "scores.png")
 
 
-def _areas(course: Course, reports: list[Row], out: Path) -> str:
+def _areas(course: Course, reports: list[StudentRow], out: Path) -> str:
     names, rates, labels = [], [], []
     for name in course.assignment.areas:
-        graded = [results.areas(r.report).get(name) for r in reports]
+        graded = [report_reader.areas(r.report).get(name) for r in reports]
         graded = [a for a in graded if a and a.get("graded") and a.get("total")]
         if not graded:
             continue
@@ -143,9 +143,9 @@ def _elsewhere(course: Course, names: list[str]) -> str:
     return ", ".join(name + only(name) for name in names)
 
 
-def _performance(course: Course, reports: list[Row], out: Path) -> str:
+def _performance(course: Course, reports: list[StudentRow], out: Path) -> str:
     timed = course.assignment.timed_area
-    graded = [(r, results.areas(r.report).get(timed)) for r in reports] if timed else []
+    graded = [(r, report_reader.areas(r.report).get(timed)) for r in reports] if timed else []
     graded = [(r, a) for r, a in graded if a and a.get("graded")]
     if not graded:
         return ""
@@ -162,7 +162,7 @@ def _performance(course: Course, reports: list[Row], out: Path) -> str:
     return f"<h2>{html.escape(timed.capitalize())} ({len(graded)} graded)</h2>" + _save(fig, out, "performance.png")
 
 
-def _leaderboard(course: Course, reports: list[Row]) -> str:
+def _leaderboard(course: Course, reports: list[StudentRow]) -> str:
     """The leaderboard the reports carry, ranked by its first column (only where the assignment has one)."""
     columns = course.assignment.leaderboard
     if not columns:
@@ -193,16 +193,16 @@ def _value(v) -> str:
     return "–" if v is None else html.escape(str(v))
 
 
-def _measures(row: Row, area: str) -> list[float]:
-    details = [results.test_detail(t) for t in row.report.get("tests", []) if area in t.get("tags", [])]
+def _measures(row: StudentRow, area: str) -> list[float]:
+    details = [report_reader.test_detail(t) for t in row.report.get("tests", []) if area in t.get("tags", [])]
     return [d["measure"] for d in details
             if d.get("outcome") == "passed" and isinstance(d.get("measure"), (int, float))]
 
 
-def _tests(reports: list[Row]) -> str:
+def _tests(reports: list[StudentRow]) -> str:
     seen: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
     for r in reports:
-        areas = results.areas(r.report)
+        areas = report_reader.areas(r.report)
         nodeids = ((r.report.get("extra_data") or {}).get("instructor") or {}).get("tests") or {}
         for t in r.report.get("tests", []):
             graded = all((areas.get(tag) or {}).get("graded") for tag in t.get("tags", []))
@@ -227,7 +227,7 @@ GATED = re.compile(r"^No points for this area until .*? passes completely\.\s*")
 def _hint(test: dict) -> str:
     """What a failed test tells, without the gate's prefix: "" for a test that passed but
     earned nothing because its area's gate failed."""
-    if results.test_detail(test).get("outcome") == "passed":
+    if report_reader.test_detail(test).get("outcome") == "passed":
         return ""
     return GATED.sub("", " ".join(str(test.get("output", "")).split()))
 
@@ -239,7 +239,7 @@ def _param(nodeid) -> str:
     return f" [{nodeid[nodeid.index('[') + 1:-1]}]"
 
 
-def _hints(reports: list[Row]) -> str:
+def _hints(reports: list[StudentRow]) -> str:
     tests, students = Counter(), defaultdict(set)
     for r in reports:
         texts = [text for text in (_hint(t) for t in r.report.get("tests", []) if t.get("status") == "failed")
@@ -258,7 +258,7 @@ def _hints(reports: list[Row]) -> str:
             + body + "</table>")
 
 
-def _identical(reports: list[Row]) -> str:
+def _identical(reports: list[StudentRow]) -> str:
     groups = defaultdict(list)
     for r in reports:
         groups[r.sha256].append(r.student)
@@ -276,7 +276,7 @@ def _link(path: Path, out: Path, text: str) -> str:
     return f'<a href="{quote(os.path.relpath(path, out))}">{text}</a>'
 
 
-def _students(course: Course, rows: list[Row], out: Path) -> str:
+def _students(course: Course, rows: list[StudentRow], out: Path) -> str:
     """One line a student, within the page's width: a long name or note is cut short on the
     line and whole in its tooltip (and in the error log it links to)."""
     areas = list(course.assignment.areas)

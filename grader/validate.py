@@ -32,11 +32,11 @@ from pathlib import Path
 
 from .assignment import REPO, Assignment, grader_env
 from .corpus import EPS, CorpusError, Entry, expectations, load_corpus, select, skip_reason
-from . import results
+from . import report_reader
 from .files import atomic_write
 from .report import SCHEMA
 from .sandbox.processes import alive, become_subreaper, descendants, describe, processes_of, reap_children
-from .warm import HOST_ENV, WarmHost
+from .warm import HOST_ENV, HostProcess
 
 # How far a cheat may score above its honest twin (`no_more_than`) before validate calls the cheat
 # a success: two gradings of one file differ by up to half a point on the H200 (88.65-89.10 over
@@ -46,7 +46,7 @@ SETTLE_S = 5.0           # how long a killed process may take to leave /proc
 
 
 @dataclass
-class Row:
+class MatrixRow:
     entry: Entry
     expected: dict[str, str | None] = field(default_factory=dict)   # "pass", "fail" or None
     passed: dict[str, bool] = field(default_factory=dict)
@@ -62,7 +62,7 @@ class Row:
     skipped: str | None = None
 
     @classmethod
-    def from_json(cls, entry: Entry, d: dict) -> "Row":
+    def from_json(cls, entry: Entry, d: dict) -> "MatrixRow":
         return cls(entry, expected=d["expected"], passed=d["passed"], cells=d["cells"], score=d["score"],
                    max_score=d["max_score"], allowed=d["deserves"], privilege_drop=d["privilege_drop"],
                    wall_s=d["wall_s"], problems=d["problems"], notes=d["notes"], report_path=d["report"],
@@ -93,7 +93,7 @@ def columns(assignment: Assignment, device: str) -> list[str]:
 
 def area_passed(report: dict, cols: list[str]) -> dict[str, bool]:
     """True where the area earned all its points (a gated area did not)."""
-    areas = results.areas(report)
+    areas = report_reader.areas(report)
     out = {}
     for name in cols:
         a = areas.get(name) or {}
@@ -106,7 +106,7 @@ def area_passed(report: dict, cols: list[str]) -> dict[str, bool]:
 
 def allowed_score(entry: Entry, report: dict | None) -> float | None:
     """The most an adversarial entry may score under the isolation the report says was in force."""
-    drop = results.sandbox(report).get("privilege_drop") if report is not None else None
+    drop = report_reader.sandbox(report).get("privilege_drop") if report is not None else None
     return entry.deserves if drop is True else entry.deserves_without_drop
 
 
@@ -120,7 +120,7 @@ def paid_off(entry: Entry, report: dict | None, score) -> str | None:
         return None
     if allowed_score(entry, report) == entry.deserves:
         return None                       # over what it is allowed: a problem, not a warning
-    why = results.sandbox(report).get("why_not") or "the report does not say why"
+    why = report_reader.sandbox(report).get("why_not") or "the report does not say why"
     return (f"WARNING: scored {score:g}, deserves {entry.deserves:g}; allowed here only because the "
             f"workers had no uid of their own ({why})")
 
@@ -140,15 +140,15 @@ def overlong_tests(report: dict, call_timeout_s: float) -> list[float]:
     timeout (the worker is killed and the test fails), so only a call that kept the grader
     waiting beyond its timeout can take this long."""
     limit = 2 * call_timeout_s + 30
-    durations = [results.test_detail(t).get("duration_s", 0) for t in report.get("tests", [])]
+    durations = [report_reader.test_detail(t).get("duration_s", 0) for t in report.get("tests", [])]
     return sorted(d for d in durations if isinstance(d, (int, float)) and d > limit)
 
 
 def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: str | None = None,
           schema_problems: list[str] = (), leftovers: list[str] = (), device: str | None = None,
-          call_timeout_s: float | None = None) -> Row:
+          call_timeout_s: float | None = None) -> MatrixRow:
     """Everything wrong with one grading, from its report and what was seen around it."""
-    row = Row(entry)
+    row = MatrixRow(entry)
     if grade_error:
         row.problems.append(grade_error)
     row.problems += [f"report does not match the schema: {p}" for p in schema_problems]
@@ -162,11 +162,11 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
         if not grade_error:
             row.problems.append("no report")
         return row
-    areas = results.areas(report)
-    row.privilege_drop = results.sandbox(report).get("privilege_drop")
+    areas = report_reader.areas(report)
+    row.privilege_drop = report_reader.sandbox(report).get("privilege_drop")
     row.score, row.max_score = report.get("score"), report.get("max_score")
-    if device and results.device(report) != device:
-        row.problems.append(f"graded on {results.device(report)}, not {device}")
+    if device and report_reader.device(report) != device:
+        row.problems.append(f"graded on {report_reader.device(report)}, not {device}")
     missing = [a for a in cols if a not in areas]
     if missing:
         row.problems.append(f"report lacks areas {missing}")
@@ -205,12 +205,12 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
         if slow:
             row.problems.append(f"{len(slow)} test(s) ran past the {call_timeout_s:g} s call timeout "
                                 f"(longest {slow[-1]:.0f} s): a timeout did not hold")
-    if results.problem(report):
-        row.notes.append(str(results.problem(report))[:200])
+    if report_reader.problem(report):
+        row.notes.append(str(report_reader.problem(report))[:200])
     return row
 
 
-def compare_twins(rows: list[Row]) -> None:
+def compare_twins(rows: list[MatrixRow]) -> None:
     """A cheat must not outscore its honest twin (`no_more_than`) by more than TWIN_SLACK: the
     two are the same file but for the trick, so anything more is what the trick bought."""
     by_name = {(r.entry.kind, r.entry.name): r for r in rows}
@@ -244,7 +244,7 @@ def _lost(area: dict) -> str:
     return why
 
 
-def render(rows: list[Row], cols: list[str]) -> str:
+def render(rows: list[MatrixRow], cols: list[str]) -> str:
     head = ["submission", *cols, "score", "wall"]
     body = []
     for r in rows:
@@ -290,7 +290,7 @@ def stray_processes(uid: int | None, root: int | None = None, keep: set[int] = f
     return sorted(p for p in found if alive(p))
 
 
-def host_processes(host: WarmHost | None) -> set[int]:
+def host_processes(host: HostProcess | None) -> set[int]:
     """The warm host (grader/warm.py) that graded, and what it keeps between gradings."""
     if host is None or host.proc is None:
         return set()
@@ -399,15 +399,15 @@ def _grade_file(file, assignment, device, report_path, log_path, drop_privileges
     if code not in (0, None):
         error = f"the grader exited with status {code} (log: {_rel(log_path)})"
     try:
-        report = results.read(report_path)
-    except (OSError, results.ReportError) as exc:
+        report = report_reader.read(report_path)
+    except (OSError, report_reader.ReportError) as exc:
         return None, error or f"no readable report ({exc})", wall
     if report is None:
         return None, error or "no readable report (FileNotFoundError)", wall
     return report, error, wall
 
 
-def summary_line(row: Row) -> str:
+def summary_line(row: MatrixRow) -> str:
     if row.skipped:
         return f"skipped ({row.skipped})"
     score = "no report" if row.score is None else f"{row.score:g}/{row.max_score:g}"
@@ -417,10 +417,10 @@ def summary_line(row: Row) -> str:
 
 def run(assignment: Assignment, entries: list[Entry], device: str, out: Path,
         drop_privileges: bool = True, echo=print, reports_dir: Path | None = None,
-        warm: bool = True) -> tuple[list[Row], float]:
+        warm: bool = True) -> tuple[list[MatrixRow], float]:
     """Grade the entries one after another: in one warm host (grader/warm.py) unless `warm` is
     false or this process already runs in a slot that has one (a --jobs run's entry)."""
-    host = WarmHost(assignment.folder, device, {}) if warm and HOST_ENV not in os.environ else None
+    host = HostProcess(assignment.folder, device, {}) if warm and HOST_ENV not in os.environ else None
     try:
         return _run(assignment, entries, device, out, drop_privileges, echo, reports_dir, host)
     finally:
@@ -428,25 +428,25 @@ def run(assignment: Assignment, entries: list[Entry], device: str, out: Path,
             host.close()
 
 
-def _run(assignment, entries, device, out, drop_privileges, echo, reports_dir, host) -> tuple[list[Row], float]:
+def _run(assignment, entries, device, out, drop_privileges, echo, reports_dir, host) -> tuple[list[MatrixRow], float]:
     become_subreaper()
     cols = columns(assignment, device)
     reports_dir = reports_dir or reports_dir_of(out)
     reports_dir.mkdir(parents=True, exist_ok=True)
-    rows: list[Row] = []
+    rows: list[MatrixRow] = []
     t0 = time.monotonic()
     for i, entry in enumerate(entries, 1):
         prefix = f"[{i}/{len(entries)}] {entry.label}"
         skip = skip_reason(entry, cols, device)
         if skip:
-            row = Row(entry, expected=expectations(entry, cols, device=device), skipped=skip)
+            row = MatrixRow(entry, expected=expectations(entry, cols, device=device), skipped=skip)
             rows.append(row)
             echo(f"{prefix}: {summary_line(row)}")
             continue
         report_path, log_path = reports_dir / f"{entry.stem}.json", reports_dir / f"{entry.stem}.log"
         report, error, wall = grade_entry(entry, assignment, device, report_path, log_path, drop_privileges,
                                           host_env=host.env() if host else None)
-        uid = results.sandbox(report).get("uid") if report is not None else None
+        uid = report_reader.sandbox(report).get("uid") if report is not None else None
         strays = leftovers_after(uid if isinstance(uid, int) else None, keep=host_processes(host))
         strays += files_left_by(uid if isinstance(uid, int) else None)
         row = judge(entry, report, cols, grade_error=error, device=device, leftovers=strays,
@@ -476,7 +476,7 @@ def longest_first(entries: list[Entry], reports_dir: Path) -> list[Entry]:
 
 
 def run_parallel(assignment: Assignment, entries: list[Entry], device: str, out: Path, jobs: int,
-                 drop_privileges: bool = True, echo=print, warm: bool = True) -> tuple[list[Row], float]:
+                 drop_privileges: bool = True, echo=print, warm: bool = True) -> tuple[list[MatrixRow], float]:
     """`run`, with each entry validated by its own `validate --only` process, `jobs` at once,
     in slots that each keep a warm host unless `warm` is false."""
     from concurrent.futures import ThreadPoolExecutor
@@ -484,7 +484,7 @@ def run_parallel(assignment: Assignment, entries: list[Entry], device: str, out:
     from .machines import SlotPool
     reports_dir = reports_dir_of(out)
     reports_dir.mkdir(parents=True, exist_ok=True)
-    hosts = (lambda env: WarmHost(assignment.folder, device, env)) if warm else None
+    hosts = (lambda env: HostProcess(assignment.folder, device, env)) if warm else None
     slot_pool = SlotPool(device, jobs, assignment.grading_gpu_bytes, hosts=hosts)
     if slot_pool.note:
         echo(slot_pool.note)
@@ -492,7 +492,7 @@ def run_parallel(assignment: Assignment, entries: list[Entry], device: str, out:
     t0 = time.monotonic()
     original, entries = entries, longest_first(entries, reports_dir)
 
-    def one(entry: Entry, env: dict[str, str]) -> Row:
+    def one(entry: Entry, env: dict[str, str]) -> MatrixRow:
         row_path, log_path = reports_dir / f"{entry.stem}.row.json", reports_dir / f"{entry.stem}.validate.log"
         row_path.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "grader", "validate", "--assignment", str(assignment.folder),
@@ -503,9 +503,9 @@ def run_parallel(assignment: Assignment, entries: list[Entry], device: str, out:
             subprocess.run(cmd, cwd=REPO, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
                            stdout=log, stderr=subprocess.STDOUT)
         try:
-            row = Row.from_json(entry, json.loads(row_path.read_text())["rows"][0])
+            row = MatrixRow.from_json(entry, json.loads(row_path.read_text())["rows"][0])
         except (OSError, ValueError, KeyError, IndexError) as exc:
-            row = Row(entry, problems=[f"its validation left no matrix ({exc.__class__.__name__}; "
+            row = MatrixRow(entry, problems=[f"its validation left no matrix ({exc.__class__.__name__}; "
                                        f"log: {_rel(log_path)})"])
         done.append(row)
         echo(f"[{len(done)}/{len(entries)}] {entry.label}: {summary_line(row)}")
@@ -520,7 +520,7 @@ def run_parallel(assignment: Assignment, entries: list[Entry], device: str, out:
     return sorted(rows, key=lambda row: order[row.entry.label]), time.monotonic() - t0
 
 
-def write_json(path: Path, assignment: Assignment, device: str, rows: list[Row], cols: list[str],
+def write_json(path: Path, assignment: Assignment, device: str, rows: list[MatrixRow], cols: list[str],
                total_s: float) -> None:
     data = {"assignment": assignment.id, "device": device, "columns": cols,
             "ok": not any(r.problems for r in rows), "total_wall_s": round(total_s, 1),
@@ -544,7 +544,7 @@ def _validate(args, mutants: Path) -> int:
     except ImportError:
         # Before any grading: a matrix whose reports went unchecked would pass for one that checked them.
         print("grader validate: jsonschema is not installed (requirements/runtime.txt), so the reports "
-              "cannot be checked against grader/results.schema.json", file=sys.stderr)
+              "cannot be checked against grader/report_reader.schema.json", file=sys.stderr)
         return 2
     try:
         assignment = Assignment.find(args.assignment)

@@ -3,15 +3,16 @@ of a class, so that torch, CUDA and the reference's worker start once per slot i
 once per submission.
 
 Only the hidden suites' pytest session moves: `python -m grader grade` still checks the
-file, scores what comes back and writes the report (grader/run.py), and hands the session
+file, scores what comes back and writes the report (grader/grade_one.py), and hands the session
 to the host named in its environment (HOST_ENV) instead of starting a pytest process. Every
 submission still gets a fresh sandboxed worker; what the host keeps between gradings is its
 own imports and the trusted reference's worker (grader/warm_host.py). A grading that finds
 no host, or a host that will not take it, runs its session cold, as `grade` alone does.
 
 Messages are JSON lines on a Unix socket in a folder only the grader's user can open:
-the grading sends {"argv": [...]}, the host answers {"accepted": n} or {"refused": why},
-then {"out": text} as pytest writes, then {"exit": code}. A grading that goes away mid-run
+the grading sends {"spec": path} (its session's spec, grader/session.py), the host answers
+{"accepted": n} or {"refused": why}, then {"out": text} as pytest writes, then {"exit": code}.
+A grading that goes away mid-run
 (killed, timed out, interrupted) closes the socket, and the host then ends itself and its
 workers: nothing of an unfinished session is left for the next grading to meet.
 """
@@ -37,7 +38,7 @@ SESSION_CUT = -9        # a session that ended without its exit: timed out, or t
 ENDED_S = 15            # a cut session's host kills its workers and exits within this (a host has no more to do)
 
 
-class WarmHost:
+class HostProcess:
     """One slot's host, started on first use and again whenever it has ended."""
 
     def __init__(self, assignment_folder: Path, device: str, slot_env: dict[str, str], spare: bool | None = None):
@@ -50,7 +51,7 @@ class WarmHost:
         self.slot_env = dict(slot_env)
         self.proc: subprocess.Popen | None = None
         self.folder: Path | None = None      # ours alone (0700): the socket and the host's log
-        self.work: Path | None = None        # the reference worker's folders (0711, as run.py's)
+        self.work: Path | None = None        # the reference worker's folders (0711, as a grading's, leftovers.grading_roots)
         self.exchange: Path | None = None
         self.starts = 0
 
@@ -71,8 +72,6 @@ class WarmHost:
         # Marked with this process's identity, so that a later run removes them if we die
         # without closing (grader/leftovers.py).
         self.folder, self.work, self.exchange = leftovers.host_folders(shared_tensor_root())
-        for folder in (self.work, self.exchange):
-            folder.chmod(0o711)
         env = test_process_env({**os.environ, **self.slot_env})
         cmd = [sys.executable, "-m", "grader.warm_host", "--socket", str(self.socket_path),
                "--assignment", str(self.assignment_folder), "--device", self.device,
@@ -109,7 +108,7 @@ class WarmHost:
 
 
 def test_process_env(base=None) -> dict[str, str]:
-    """The environment a grading's test process starts in, cold (grader/run.py) or as a host:
+    """The environment a grading's test process starts in, cold (grader/grade_one.py) or as a host:
     the grader importable, and nothing of the caller's that changes how the hidden suites run.
     pytest's own variables go (PYTEST_ADDOPTS="-k ..." deselected tests, which then scored
     nothing; PYTEST_DISABLE_PLUGIN_AUTOLOAD left the report plugin out and the grading at 0), as
@@ -122,16 +121,16 @@ def test_process_env(base=None) -> dict[str, str]:
     return env
 
 
-def run_session(address: str, argv: list[str], quiet: bool, timeout_s: float,
+def run_session(address: str, spec: Path, quiet: bool, timeout_s: float,
                 tail: list[str], host: dict | None = None) -> tuple[int, dict] | None:
-    """Run one pytest session in the host at `address`: (exit code, what the host says of
+    """Run the session of `spec` (grader/session.py) in the host at `address`: (exit code, what the host says of
     itself), or None when it did not take the session (the caller runs it cold). The output's
     last lines go into `tail`, and what the host says of itself into `host`, which hold them
     even when an exception (a signal) ends the wait."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(address)
-        sock.sendall((json.dumps({"argv": argv}) + "\n").encode())
+        sock.sendall((json.dumps({"spec": str(spec)}) + "\n").encode())
         lines = sock.makefile("r", encoding="utf-8", errors="replace")
         first = _message(lines.readline())
     except OSError:

@@ -1,9 +1,9 @@
 """A grading slot's host (see grader/warm.py): one process that imports torch and pytest and
-opens the GPU once, then runs one grading's pytest session after another, each exactly as
-the cold `python -m pytest` of grader/run.py would, with the same arguments.
+opens the GPU once, then runs one grading's pytest session after another, each from its
+spec exactly as the cold `python -m grader.session SPEC` would (grader/session.py).
 
 Between sessions it keeps only what is the same for every submission: its imports, its CUDA
-context and the reference's sandboxed worker (pytest_plugin.Warm). A submission's worker,
+context and the reference's sandboxed worker (workers.HostWorkers). A submission's worker,
 its uid, its folders and every process it left are gone before the next session starts, and
 the host ends itself rather than go on after anything it cannot vouch for: a grading that
 went away mid-session, a GPU that no longer answers, or MAX_SESSIONS served.
@@ -64,6 +64,7 @@ class Host:
         self.sessions = 0
         self.roots: dict[str, Path] = {}
         self.spare = args.spare
+        self.workers = None         # workers.HostWorkers, once started
 
     def start(self, roots: dict[str, Path]) -> None:
         from .sandbox.processes import become_subreaper
@@ -71,32 +72,32 @@ class Host:
         import pytest  # noqa: F401
         import torch
 
-        from . import pytest_plugin
+        from . import pytest_plugin  # noqa: F401  (imported here once, not in each session)
+        from .workers import HostWorkers
         if self.device == "cuda":
             torch.empty(1, device="cuda")
         self.roots = roots
-        pytest_plugin.WARM = pytest_plugin.Warm(roots, spare=self.spare)
+        self.workers = HostWorkers(roots, spare=self.spare)
 
-    def refusal(self, argv: list) -> str | None:
-        """Why this host will not run a session with these arguments, or None."""
-        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
-            return "not a list of arguments"
-        opts = dict(zip(argv, argv[1:]))
-        if opts.get("--grader-assignment") and str(Path(opts["--grader-assignment"]).resolve()) != self.assignment:
+    def refusal(self, spec) -> str | None:
+        """Why this host will not run this session, or None."""
+        if str(Path(spec.assignment).resolve()) != self.assignment:
             return f"this host grades {self.assignment} only"
-        if opts.get("--grader-device") != self.device:
+        if spec.device != self.device:
             return f"this host grades on {self.device} only"
-        if "--collect-only" in argv:
+        if spec.collect_only:
             return "collection runs cold"
         return None
 
     def serve(self, conn: socket.socket) -> None:
+        from .session_spec import SessionSpec, SpecError
         try:
             request = json.loads(conn.makefile("r").readline() or "{}")
-        except ValueError:
-            request = {}
-        argv = request.get("argv") if isinstance(request, dict) else None
-        why = self.refusal(argv)
+            spec = SessionSpec.read(request["spec"]) if isinstance(request, dict) and isinstance(
+                request.get("spec"), str) else None
+            why = self.refusal(spec) if spec is not None else "no session spec"
+        except (ValueError, SpecError) as exc:
+            why = str(exc) or "not a JSON request"
         if why:
             _send(conn, {"refused": why})
             return
@@ -104,18 +105,17 @@ class Host:
         _send(conn, {"accepted": self.sessions, "pid": os.getpid()})
         done = threading.Event()
         threading.Thread(target=_watch, args=(conn, done), daemon=True).start()
-        code = self._session(argv, _Stream(conn))
+        code = self._session(spec, _Stream(conn))
         self._tidy()
         done.set()
-        from . import pytest_plugin
-        _send(conn, {"exit": code, "spare": pytest_plugin.WARM.spare_used})
+        _send(conn, {"exit": code, "spare": self.workers.spare_used})
 
-    def _session(self, argv: list[str], out: _Stream) -> int:
-        import pytest
+    def _session(self, spec, out: _Stream) -> int:
+        from . import session
         saved = sys.stdout, sys.stderr
         sys.stdout = sys.stderr = out
         try:
-            return int(pytest.main(argv))
+            return session.run(spec, self.workers)
         except BaseException as exc:        # the session's own failure: the grading reports it
             out.write(f"the grading host's session failed: {type(exc).__name__}: {exc}\n")
             return 3
@@ -147,12 +147,11 @@ class Host:
     def close(self) -> None:
         import shutil
 
-        from . import pytest_plugin
         if threading.current_thread() is threading.main_thread():     # the parent's watcher may call us
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         from .sandbox.processes import kill_tree
-        if pytest_plugin.WARM is not None:
-            pytest_plugin.WARM.close()
+        if self.workers is not None:
+            self.workers.close()
         kill_tree(os.getpid())
         for folder in self.roots.values():      # their contents: the folders are the batch's
             for entry in folder.iterdir() if folder.is_dir() else ():

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grader import results  # noqa: E402
+from grader import report_reader  # noqa: E402
 from grader.assignment import Assignment  # noqa: E402
 from grader.course import Course  # noqa: E402
 from grader.corpus import EPS, load_corpus  # noqa: E402
@@ -91,7 +91,7 @@ def check(course: Course, expected: dict[str, dict]) -> list[str]:
         if row.status != "graded" or report is None:
             problems.append(f"{student}: status {row.status} ({row.note.splitlines()[0] if row.note else ''})")
             continue
-        device = results.device(report) or "cpu"
+        device = report_reader.device(report) or "cpu"
         cols = columns(course.assignment, device)
         passed = area_passed(report, cols)
         if what["kind"] == "reference" and report["score"] < report["max_score"] - EPS:
@@ -105,14 +105,14 @@ def check(course: Course, expected: dict[str, dict]) -> list[str]:
             if misses or extras:
                 problems.append(f"{student}: passes {misses} it must fail, fails {extras} it must pass")
         elif what["kind"] == "adversarial":
-            drop = results.sandbox(report).get("privilege_drop") is True
+            drop = report_reader.sandbox(report).get("privilege_drop") is True
             allowed = what["deserves"] if drop else what["deserves_without_drop"]
             if allowed is not None and report["score"] > allowed + EPS:
                 problems.append(f"{student}: {report['score']:g} points, deserves at most {allowed:g}")
             elif what["deserves"] is not None and report["score"] > what["deserves"] + EPS:
                 print(f"WARNING {student}: {report['score']:g} points, deserves {what['deserves']:g}; allowed "
                       f"only because the workers had no uid of their own "
-                      f"({results.sandbox(report).get('why_not') or 'the report does not say why'})",
+                      f"({report_reader.sandbox(report).get('why_not') or 'the report does not say why'})",
                       file=sys.stderr)
         elif what["kind"] == "slow" and not passed.get("write", True):
             problems.append(f"{student}: a slow but correct file fails write")

@@ -200,6 +200,10 @@ class Worker:
             signal_all(self.frozen | self.tree(), signal.SIGCONT)
             self.frozen = set()
 
+    def greeting(self, timeout: float) -> dict:
+        """The worker's first message, once it is up: {"held": true} when it waits to import."""
+        return self.request({}, timeout)[0]
+
     def request(self, header: dict, timeout: float, fds: list[int] = ()) -> tuple[dict, list[bytes]]:
         self.thaw()
         if header:
@@ -352,6 +356,15 @@ class Submission:
         return Exchange(self.exchange_dir, torch.device(self.device), self.conf.own,
                         vmm=self.conf.gpu_memory == "vmm")
 
+    def release_shared(self) -> None:
+        """Free the tensors calls have shared so far (a worker kept for the next grading)."""
+        if "exchange" in self.__dict__:      # made on first use: nothing to free before it
+            self.exchange.release()
+
+    def pids(self) -> set[int]:
+        """The worker's process tree, while it runs."""
+        return self._worker.tree() if self.started else set()
+
     def __getattr__(self, name: str):
         if name.startswith("_") or name not in self.__dict__.get("functions", ()):
             raise AttributeError(name)
@@ -359,7 +372,7 @@ class Submission:
 
     def start(self) -> None:
         """Spawn the worker now; its imports overlap whatever the caller does next. It waits,
-        before it imports the submission, until the first call (see hold)."""
+        before it imports the submission, until the first call (see wait_idle)."""
         if self._worker is None and not self.unavailable:
             self._worker = Worker(self.module, self.functions, self.device, self.conf, self.scratch,
                                   [str(self.exchange_dir)])
@@ -383,7 +396,7 @@ class Submission:
         """Whether the submission's file has been imported in the current worker."""
         return self._worker is not None and self._greeted
 
-    def hold(self) -> None:
+    def wait_idle(self) -> None:
         """Return once none of the submission's code is running or has work queued: its worker
         started and waiting to import the file. One that has imported it is stopped first (the
         next call starts another). For what must not share the machine with the submission."""
@@ -398,7 +411,7 @@ class Submission:
         if not self._up:
             waited = time.monotonic()
             try:
-                up, _ = worker.request({}, self.timeout)
+                up = worker.greeting(self.timeout)
             except SandboxFailure as exc:
                 self._discard(f"while starting: {exc}")
                 raise type(exc)(f"the grader's worker process did not start: {exc}") from None

@@ -16,11 +16,11 @@ import threading
 import traceback
 from pathlib import Path
 
-from .. import results as reports
+from .. import report_reader
 from ..batch import Job, Runner
 from ..course import Course
 from ..machines import SlotPool
-from ..warm import WarmHost
+from ..warm import HostProcess
 from .store import Claim, Store
 
 WORKER_NICE = 10         # gradings yield the CPU to the front door: status requests stay fast
@@ -38,7 +38,7 @@ class Graders:
         self.runner = Runner(course, device, timeout_s)
         self.cluster = cluster
         self.batches: set = set()          # Slurm tasks in flight: cancelled by stop()
-        hosts = (lambda env: WarmHost(course.assignment.folder, device, env)) if warm else None
+        hosts = (lambda env: HostProcess(course.assignment.folder, device, env)) if warm else None
         self.slots = None if cluster else SlotPool(device, jobs, course.assignment.grading_gpu_bytes, hosts=hosts)
         self.note = self.slots.note if self.slots else None
         self.scratch = scratch_root(course.root)
@@ -109,8 +109,9 @@ class Graders:
             self._failed(claim, why)
         else:
             self.store.finish(claim, report)
+            problem = report_reader.problem(report)
             self.say(f"graded #{claim.id} ({claim.student}, {claim.kind}): {report.get('score')} / "
-                     f"{report.get('max_score')}" + (f"; {reports.problem(report)}" if reports.problem(report) else ""))
+                     f"{report.get('max_score')}" + (f"; {problem}" if problem else ""))
         shutil.rmtree(folder, ignore_errors=True)
 
     def _on_cluster(self, job: Job, folder: Path) -> tuple[dict | None, str]:

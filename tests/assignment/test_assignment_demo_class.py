@@ -43,7 +43,7 @@ def test_check_counts_the_areas_a_wrong_file_fails_only_on_this_device(tmp_path)
     import importlib.util
 
     from grader.assignment import Assignment
-    from grader.course import Row
+    from grader.course import StudentRow
     spec = importlib.util.spec_from_file_location("make_demo_class", TOOL)
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
@@ -64,7 +64,7 @@ def test_check_counts_the_areas_a_wrong_file_fails_only_on_this_device(tmp_path)
                      for name, area in assignment.areas.items()}
             report = {"score": 0.0, "max_score": 100.0,
                       "extra_data": {"environment": {"device": self.device}, "areas": areas}}
-            return [Row("wrong_layout_dims_misread", "graded", 0.0, 100.0, report=report)]
+            return [StudentRow("wrong_layout_dims_misread", "graded", 0.0, 100.0, report=report)]
 
     only = {"wrong_layout_dims_misread": what}
     assert tool.check(Graded("cpu"), only) == []
@@ -77,14 +77,14 @@ def test_the_check_fails_a_cheat_that_scored_and_warns_where_weak_isolation_let_
     """find_reference at 85/85 (a world-readable copy of the solution found on the disk) fails the
     check where its workers had a uid of their own; where they had not, it is allowed, but said."""
     from grader.assignment import Assignment
-    from grader.course import Row
+    from grader.course import StudentRow
     tool = load_tool("make_demo_class")
 
-    def graded(drop: bool) -> Row:
+    def graded(drop: bool) -> StudentRow:
         report = {"score": 85.0, "max_score": 85.0,
                   "extra_data": {"environment": {"device": "cpu"}, "areas": {},
                                  "sandbox": {"privilege_drop": drop, "why_not": None if drop else "not root"}}}
-        return Row("adv_find_reference", "graded", 85.0, 85.0, report=report)
+        return StudentRow("adv_find_reference", "graded", 85.0, 85.0, report=report)
 
     class Course:
         assignment = Assignment.find(None)

@@ -399,7 +399,7 @@ def test_a_run_killed_outright_leaves_nothing_a_rerun_does_not_remove(tmp_path, 
 
     from grader import leftovers
     from grader.sandbox.proxy import shared_tensor_root
-    from grader.warm import WarmHost
+    from grader.warm import HostProcess
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     shm = Path(shared_tensor_root() or tmp)
@@ -409,7 +409,7 @@ def test_a_run_killed_outright_leaves_nothing_a_rerun_does_not_remove(tmp_path, 
     env = {**os.environ, "TMPDIR": str(tmp)}
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     before_tmp, before_shm = _names(tmp), _names(shm, leftovers.WORK_PREFIX)
-    live = WarmHost(toy_class.TOY.folder, "cpu", {})         # another run's host, alive throughout
+    live = HostProcess(toy_class.TOY.folder, "cpu", {})         # another run's host, alive throughout
     try:
         live.env()
         live_folders = {live.folder.name, live.work.name}
@@ -456,14 +456,13 @@ def test_the_sweep_removes_the_work_roots_of_a_grading_killed_outright(tmp_path,
     import tempfile
 
     from grader import leftovers
-    from grader.run import _work_roots
     tmp, shm = tmp_path / "tmp", tmp_path / "shm"
     tmp.mkdir()
     shm.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-    monkeypatch.setattr("grader.run.shared_tensor_root", lambda: str(shm))
-    live = _work_roots()
-    dead = _work_roots()
+    monkeypatch.setattr("grader.sandbox.proxy.shared_tensor_root", lambda: str(shm))
+    live = leftovers.grading_roots()
+    dead = leftovers.grading_roots()
     gone = subprocess.Popen(["sleep", "0"])
     gone_identity = leftovers.identity(gone.pid)
     gone.wait()

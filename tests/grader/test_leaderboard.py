@@ -6,8 +6,8 @@ import pytest
 
 from grader import report as report_mod
 from grader.assignment import REPO, Assignment, AssignmentError
-from grader.course import Row
-from grader.run import environment
+from grader.course import StudentRow
+from grader.grade_one import environment
 from grader.scoring import TestResult, score
 from grader.summary import _leaderboard
 from toy_reports import validate_report
@@ -91,10 +91,10 @@ def test_the_schema_holds_gradescopes_leaderboard_fields(tmp_path):
 
 def test_the_summary_ranks_by_the_first_column(tmp_path):
     course = types.SimpleNamespace(assignment=toy_with(tmp_path, BOARD))
-    rows = [Row("slow", "graded", report={"leaderboard": [{"name": "GB/s", "value": 1200.0}]}),
-            Row("fast", "graded", report={"leaderboard": [{"name": "GB/s", "value": 3900.0},
+    rows = [StudentRow("slow", "graded", report={"leaderboard": [{"name": "GB/s", "value": 1200.0}]}),
+            StudentRow("fast", "graded", report={"leaderboard": [{"name": "GB/s", "value": 3900.0},
                                                            {"name": "ratio", "value": 0.98}]}),
-            Row("cpu_only", "graded", report={})]
+            StudentRow("cpu_only", "graded", report={})]
     page = _leaderboard(course, rows)
     assert page.index("fast") < page.index("slow") and "cpu_only" not in page
     assert "3,900" in page and "0.98" in page

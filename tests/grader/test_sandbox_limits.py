@@ -215,13 +215,13 @@ def test_the_submission_is_imported_at_its_first_call_and_hold_stops_it():
     imports = sub.scratch / "home" / "imports"
     try:
         sub.start()
-        sub.hold()
+        sub.wait_idle()
         assert not sub.loaded and not imports.exists(), "the file was imported before any call"
         assert sub.echo(3) == 3
         assert sub.loaded
         first = imports.read_text().split()
         assert len(first) == 1
-        sub.hold()
+        sub.wait_idle()
         assert not sub.loaded
         assert not Path(f"/proc/{first[0]}").exists(), "hold() left the importing worker running"
         assert sub.echo(4) == 4
@@ -286,7 +286,7 @@ def test_the_worker_reaches_no_network():
         assert sub.connect(port) is False
         assert sub.datagram_out() is False
         conf.namespaces = False                 # the same probes, undefended, do reach
-        sub.hold()
+        sub.wait_idle()
         assert sub.connect(port) is True
     finally:
         sub.close()

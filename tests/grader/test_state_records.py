@@ -1,5 +1,5 @@
-"""The trust boundary between a grading and its test process: grader/run.py's `read_state` reads
-the records the test process left (grader/records.py) and scores only what they hold in the
+"""The trust boundary between a grading and its test process: grader/grade_one.py's `read_state` reads
+the records the test process left (grader/state_records.py) and scores only what they hold in the
 expected shape. Fed records that are forged, cut short or duplicated, it gives error rows or no
 points with a reason, and never a higher score than the honest records of the same run."""
 import json
@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from grader import records
+from grader import state_records
 from grader.assignment import REPO, Assignment
-from grader.run import read_state
+from grader.grade_one import read_state
 from grader.scoring import score, totals
 
 TOY = Assignment.load(REPO / "tests/grader/toy")
@@ -29,8 +29,8 @@ def _test(nodeid: str, outcome: str, **meta) -> dict:
 
 def _state(folder, collected=COLLECTED, tests=None, raw: dict[str, str] | None = None):
     tests = [_test(n, o) for n, o in OUTCOME.items()] if tests is None else tests
-    (folder / records.COLLECTED).write_text(json.dumps(collected))
-    (folder / records.PYTEST).write_text(json.dumps({"tests": tests}))
+    (folder / state_records.COLLECTED).write_text(json.dumps(collected))
+    (folder / state_records.PYTEST).write_text(json.dumps({"tests": tests}))
     for name, text in (raw or {}).items():
         (folder / name).write_text(text)
     return folder
@@ -80,7 +80,7 @@ def test_a_collection_record_of_the_wrong_shape_gives_no_points(tmp_path, collec
     assert results == [] and "damaged" in problem and points == 0
 
 
-@pytest.mark.parametrize("name", [records.COLLECTED, records.PYTEST])
+@pytest.mark.parametrize("name", [state_records.COLLECTED, state_records.PYTEST])
 def test_a_record_cut_short_gives_no_points_and_says_why(tmp_path, name):
     folder = _state(tmp_path)
     text = (folder / name).read_text()
@@ -115,7 +115,7 @@ def test_a_report_of_a_test_that_was_never_collected_is_ignored(tmp_path, honest
 def test_a_measure_that_is_not_a_finite_number_earns_no_curve_points(tmp_path, measure):
     timed = [{"nodeid": "p::copy", "area": "performance", "contract": "as fast as the reference"}]
     text = json.dumps({"tests": [_test("p::copy", "passed", measure="MEASURE")]}).replace('"MEASURE"', measure)
-    folder = _state(tmp_path, collected=timed, raw={records.PYTEST: text})
+    folder = _state(tmp_path, collected=timed, raw={state_records.PYTEST: text})
     results = read_state(folder, L1, 0, "", {}, {})[0]
     assert results[0].outcome == "passed" and results[0].measure is None
     assert L1.areas["performance"].credit(results[0].measure) == 0

@@ -182,14 +182,6 @@ def test_hints_tests_and_students_say_what_happened(page, tmp_path):
     assert "Not graded on this machine, for anyone: gpu_only (GPU only)" in text
 
 
-def test_terminal_table_tells_an_area_not_graded_here_from_a_failure(page):
-    from grader.report import terminal_table
-    graded, _ = page
-    table = terminal_table(graded.course.read_report("s00"))
-    line = next(line for line in table.splitlines() if line.startswith("gpu_only"))
-    assert line.split()[1:] == ["–", "GPU", "only:", "not", "graded", "on", "this", "machine"], line
-
-
 # Laid out in the browser, the page reports its widest point into the DOM that --dump-dom prints.
 MEASURE = """<script>
 let right = document.documentElement.scrollWidth;

@@ -129,7 +129,7 @@ def test_start_up_counts_from_the_start_of_the_process():
     """The report's start-up phase includes the interpreter and the imports (torch's take seconds)."""
     import subprocess
     import sys
-    code = "import time; time.sleep(0.5); from grader.run import process_age; print(process_age())"
+    code = "import time; time.sleep(0.5); from grader.grade_one import process_age; print(process_age())"
     age = float(subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                                check=True).stdout)
     assert 0.5 <= age < 30
@@ -141,10 +141,10 @@ def test_the_graders_own_process_does_not_import_torch():
     itself loads the plugin and the sandbox without it, so that the worker is spawned first."""
     import subprocess
     import sys
-    code = ("import sys; from grader import cli, run, batch, validate, pytest_plugin, machines; "
+    code = ("import sys; from grader import cli, grade_one, batch, validate, pytest_plugin, session, machines; "
             "from grader.sandbox import Submission, Confinement; "
             "from grader.sandbox.processes import kill_tree; "
-            "machines.resolve_device('auto'); run.environment('cpu'); run.precheck(run.REPO / 'reference' / "
+            "machines.resolve_device('auto'); grade_one.environment('cpu'); grade_one.precheck(grade_one.REPO / 'reference' / "
             "'l1_paged_kv_write.py', cli.Assignment.load('assignment/l1_paged_kv_write')); "
             "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
@@ -156,7 +156,7 @@ def test_a_timing_not_measured_costs_no_point_and_asks_for_a_regrade(tmp_path):
     would, and the report is not current: grade-all grades the file again on its next run."""
     import hashlib
 
-    from grader import __version__, report, results as reading
+    from grader import __version__, report, report_reader as reading
     from grader.course import Course
     from grader.validate import schema_problems
     l1 = Assignment.load(REPO / "assignment/l1_paged_kv_write")

@@ -17,7 +17,7 @@ import pytest
 from grader.assignment import REPO, Assignment
 from grader.machines import resolve_device
 from grader.sandbox.processes import descendants, processes_of
-from grader.warm import HOST_ENV, WarmHost
+from grader.warm import HOST_ENV, HostProcess
 from toy_class import SUBMISSIONS, TOY
 
 L1 = Assignment.load(REPO / "assignment/l1_paged_kv_write")
@@ -25,7 +25,7 @@ CORPUS = REPO / "tests/corpus"
 SEED = 20261201
 
 
-def _grade(assignment: Assignment, submission: Path, report: Path, device: str, host: WarmHost | None,
+def _grade(assignment: Assignment, submission: Path, report: Path, device: str, host: HostProcess | None,
            wait: bool = True):
     cmd = [sys.executable, "-m", "grader", "grade", "--assignment", str(assignment.folder),
            "--submission", str(submission), "--report", str(report), "--device", device,
@@ -66,7 +66,7 @@ def _how(report: dict) -> dict:
 @pytest.fixture
 def l1_host():
     device = resolve_device("auto")
-    host = WarmHost(L1.folder, device, {}, spare=True)
+    host = HostProcess(L1.folder, device, {}, spare=True)
     yield host, device
     host.close()
 
@@ -99,7 +99,7 @@ def test_a_host_keeps_only_its_reference_between_gradings(tmp_path):
     """Between two gradings the host's processes are itself, the reference's worker and the
     spare started for the next grading: the submission's worker, and what it forked off, are
     gone; the next grading scores as a cold one."""
-    host = WarmHost(TOY.folder, "cpu", {}, spare=True)
+    host = HostProcess(TOY.folder, "cpu", {}, spare=True)
     try:
         first = _grade(TOY, _handed_in(tmp_path, "daemon_and_memory.py"), tmp_path / "a.json", "cpu", host)
         left = descendants(host.proc.pid)
@@ -124,7 +124,7 @@ def test_a_grading_that_goes_away_takes_the_host_down_with_its_workers(tmp_path)
     running in the host for the next grading to meet: the host ends, workers and all, and
     the next grading gets a fresh one. Nothing of the grading is left in the temporary
     folders either, although its worker writes files there until it is killed."""
-    host = WarmHost(TOY.folder, "cpu", {})
+    host = HostProcess(TOY.folder, "cpu", {})
     try:
         proc = _grade(TOY, SUBMISSIONS / "writes_while_hanging.py", tmp_path / "h.json", "cpu", host, wait=False)
         first_host = host.proc.pid
@@ -165,7 +165,7 @@ def _states(pid: int) -> list[str]:
 
 
 def _grading_folders(pid: int) -> list[str]:
-    """The work roots (grader/run.py) that the grading process `pid` made and left, with what is
+    """The work roots (grader/grade_one.py) that the grading process `pid` made and left, with what is
     inside: by their owner marker, so that another run's gradings on this machine do not count."""
     from grader.leftovers import GRADING_PREFIX, OWNER_FILE
     from grader.sandbox.proxy import shared_tensor_root
@@ -184,7 +184,7 @@ def _grading_folders(pid: int) -> list[str]:
 @pytest.mark.slow
 def test_a_host_takes_only_sessions_of_its_assignment_and_device(tmp_path):
     """A grading of another assignment sent to a host runs cold, and right."""
-    host = WarmHost(L1.folder, "cpu", {})
+    host = HostProcess(L1.folder, "cpu", {})
     try:
         report = _grade(TOY, SUBMISSIONS / "good.py", tmp_path / "t.json", "cpu", host)
         assert _how(report) == {"warm": False}
@@ -210,7 +210,7 @@ def test_the_callers_pytest_settings_never_reach_the_hidden_suites(tmp_path, mon
     for name, value in CALLERS_PYTEST_ENV.items():
         monkeypatch.setenv(name, value)
     cold = _grade(TOY, SUBMISSIONS / "good.py", tmp_path / "cold.json", "cpu", None)
-    host = WarmHost(TOY.folder, "cpu", {})
+    host = HostProcess(TOY.folder, "cpu", {})
     try:
         warm = _grade(TOY, SUBMISSIONS / "good.py", tmp_path / "warm.json", "cpu", host)
     finally:

@@ -7,7 +7,7 @@ from pathlib import Path
 import jsonschema
 
 from grader.assignment import REPO, Assignment
-from grader.run import grade
+from grader.grade_one import grade
 
 TOY = Assignment.load(REPO / "tests/grader/toy")
 SCHEMA = json.loads((REPO / "grader/results.schema.json").read_text())

@@ -27,7 +27,7 @@ def reference_timings(request, device, submission, run_seed, gpu_alone, quiet_gp
     except pytest.skip.Exception as exc:
         return {"problem": str(getattr(exc, "msg", exc))}
     try:
-        submission.hold()
+        submission.wait_idle()
     except SandboxFailure:
         pass                      # its own tests say why; the reference can still be timed
     timings = {}

@@ -16,17 +16,18 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from . import leftovers, records, submission_file
-from . import report as reports
+from . import leftovers, state_records, submission_file
+from .report import build, write_atomically
 from . import warm
 from .assignment import REPO, Assignment
 from .machines import resolve_device
-from .results import INTERRUPTED
+from .report_reader import INTERRUPTED
 from .sandbox.processes import become_subreaper, kill_tree
-from .sandbox.proxy import shared_tensor_root
-from .scoring import OUTCOMES, TestResult, score
+from .scoring import OUTCOMES, AreaResult, TestResult, score
+from .session_spec import SessionSpec
 
 SUITE_TIMEOUT_S = 3600
 
@@ -40,7 +41,7 @@ def _version(package: str) -> str:
 
 def environment(device: str) -> dict:
     """What this process knows without importing torch; the test process adds the GPU's
-    name (records.DEVICE), since it is the one that opens the GPU."""
+    name (state_records.DEVICE), since it is the one that opens the GPU."""
     return {"device": device, "python": platform.python_version(), "torch": _version("torch"),
             "triton": _version("triton"), "platform": platform.platform(),
             "triton_interpreter": device == "cpu",
@@ -75,9 +76,17 @@ def process_age() -> float:
         return 0.0
 
 
+@dataclass(frozen=True)
+class Graded:
+    """A grading's outcome: the report as written, and the typed results it was built from."""
+    report: dict
+    areas: dict[str, AreaResult]
+    problem: str | None
+
+
 def grade(assignment: Assignment, submission: Path, report_path: Path, device: str = "auto",
           seed: int | None = None, drop_privileges: bool = True, quiet: bool = False,
-          protect: list[Path] = (), started: float | None = None, host: str | None = None) -> dict:
+          protect: list[Path] = (), started: float | None = None, host: str | None = None) -> Graded:
     """`started`: time.monotonic() when the grading began, if before this call (the CLI
     passes its process's start, so that start-up counts the interpreter and the imports).
     `host`: a warm grading host's address (grader/warm.py) to run the suites' session in."""
@@ -112,30 +121,10 @@ def grade(assignment: Assignment, submission: Path, report_path: Path, device: s
     phases["suites_s"] = time.monotonic() - t0 - phases["startup_s"]
     phases["total_s"] = time.monotonic() - t0
     areas = score(assignment, results, device)
-    report = reports.build(assignment, areas, results, submission=meta, environment=env, sandbox=sandbox,
-                           phases=phases, instructor=instructor, problem=problem)
-    reports.write_atomically(report, report_path)
-    return report
-
-
-def _pytest_cmd(assignment: Assignment, submission: Path, device: str, seed: int, state: Path,
-                drop_privileges: bool, collect_only: bool, protect: list[Path] = (),
-                roots: dict[str, Path] | None = None) -> list[str]:
-    cmd = [sys.executable, "-m", "pytest", str(assignment.hidden_tests), "-p", "grader.pytest_plugin",
-           "-p", "no:cacheprovider", "--rootdir", str(assignment.hidden_tests), "-c", os.devnull,
-           "--grader-assignment", str(assignment.folder), "--grader-submission", str(submission),
-           "--grader-device", device, "--grader-seed", str(seed), "--grader-state", str(state),
-           "--json-report", f"--json-report-file={state / records.PYTEST}", "--json-report-omit", "log",
-           "-o", "console_output_style=count", "--tb=no", "-rN", "-v", "--no-header"]
-    if not drop_privileges:
-        cmd.append("--grader-no-uid")
-    for path in protect:
-        cmd += ["--grader-protect", str(Path(path).resolve())]
-    for name, folder in (roots or {}).items():
-        cmd += [f"--grader-{name.replace('_', '-')}", str(folder)]
-    if collect_only:
-        cmd.append("--collect-only")
-    return cmd
+    report = build(assignment, areas, results, submission=meta, environment=env, sandbox=sandbox,
+                   phases=phases, instructor=instructor, problem=problem)
+    write_atomically(report, report_path)
+    return Graded(report, areas, problem)
 
 
 class Interrupted(Exception):
@@ -146,14 +135,14 @@ def _raise_interrupted(signum, frame):
     raise Interrupted(signal.Signals(signum).name)
 
 
-def _session(cmd: list[str], quiet: bool, host: str | None) -> tuple[int, str, dict]:
-    """The suites' pytest session: in the warm host at `host` if it takes it, else in a fresh
-    process. (exit code, output tail, how it ran)."""
+def _session(spec_path: Path, quiet: bool, host: str | None) -> tuple[int, str, dict]:
+    """The suites' pytest session (grader/session.py): in the warm host at `host` if it takes
+    it, else in a fresh process. (exit code, output tail, how it ran)."""
     if host:
         tail: list[str] = []
         how: dict = {}
         try:
-            got = warm.run_session(host, cmd[3:], quiet, SUITE_TIMEOUT_S, tail, how)
+            got = warm.run_session(host, spec_path, quiet, SUITE_TIMEOUT_S, tail, how)
         except Interrupted as exc:
             got = INTERRUPTED, how
             tail.append(f"interrupted by {exc}\n")
@@ -163,11 +152,12 @@ def _session(cmd: list[str], quiet: bool, host: str | None) -> tuple[int, str, d
                 how["host_outlived_cut"] = True       # its folders are removed all the same
             how.pop("host_identity", None)
             return got[0], "".join(tail), {"warm": True, **how}
-    code, tail_text = _pytest(cmd, quiet)
+    code, tail_text = _pytest(spec_path, quiet)
     return code, tail_text, {"warm": False}
 
 
-def _pytest(cmd: list[str], quiet: bool) -> tuple[int, str]:
+def _pytest(spec_path: Path, quiet: bool) -> tuple[int, str]:
+    cmd = [sys.executable, "-m", "grader.session", str(spec_path)]
     proc = subprocess.Popen(cmd, cwd=REPO, env=warm.test_process_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
     tail: list[str] = []
@@ -197,36 +187,24 @@ def _collect_only(assignment: Assignment, problem: str) -> list[TestResult]:
     """The tests a run would have had, each failed with the same reason."""
     state = Path(tempfile.mkdtemp(prefix="grader-"))
     try:
-        cmd = _pytest_cmd(assignment, assignment.reference, "cpu", 0, state, False, collect_only=True)
-        _pytest(cmd, quiet=True)
-        collected = records.read(state, records.COLLECTED, list) or []
+        spec = SessionSpec(assignment=assignment.folder, submission=assignment.reference, device="cpu", seed=0,
+                           state=state, drop_privileges=False, collect_only=True)
+        _pytest(spec.write(), quiet=True)
+        collected = state_records.read(state, state_records.COLLECTED, list) or []
     finally:
         shutil.rmtree(state, ignore_errors=True)
     return [TestResult(c["nodeid"], c["area"], c["contract"], "failed", problem) for c in collected]
 
 
-def _work_roots() -> dict[str, Path]:
-    """Folders the workers' scratch and shared tensors go in, removed by this process after
-    pytest ends, so nothing of theirs outlives the grading even if the test process is killed.
-    Mode 0711: each worker reaches only the folder it is handed inside."""
-    roots = {"scratch_root": Path(tempfile.mkdtemp(prefix=leftovers.GRADING_PREFIX))}
-    shm = shared_tensor_root()
-    roots["exchange_root"] = (Path(tempfile.mkdtemp(prefix=leftovers.GRADING_PREFIX, dir=shm)) if shm
-                              else roots["scratch_root"])
-    for folder in roots.values():
-        folder.chmod(0o711)
-        leftovers.write_owner(folder, host=None)    # a grading killed outright: the next run removes them
-    return roots
-
-
 def _run_suites(assignment, submission, device, seed, drop_privileges, instructor, quiet, env, protect=(),
                 host=None):
     state = Path(tempfile.mkdtemp(prefix="grader-"))   # 0700: no worker reads or writes it
-    roots = _work_roots()
+    roots = leftovers.grading_roots()
     try:
-        cmd = _pytest_cmd(assignment, submission.resolve(), device, seed, state, drop_privileges, False, protect,
-                          roots)
-        code, tail, how = _session(cmd, quiet, host)
+        spec = SessionSpec(assignment=assignment.folder, submission=submission.resolve(), device=device, seed=seed,
+                           state=state, drop_privileges=drop_privileges,
+                           protect=tuple(Path(p).resolve() for p in protect), **roots)
+        code, tail, how = _session(spec.write(), quiet, host)
         return read_state(state, assignment, code, tail, instructor, env, how)
     finally:
         for folder in (state, *roots.values()):
@@ -235,16 +213,16 @@ def _run_suites(assignment, submission, device, seed, drop_privileges, instructo
 
 def read_state(state: Path, assignment: Assignment, code: int, tail: str, instructor: dict, env: dict,
                how: dict | None = None) -> tuple[list[TestResult], dict, str | None]:
-    """(results, sandbox, problem) from what the test process left in `state` (grader/records.py),
+    """(results, sandbox, problem) from what the test process left in `state` (grader/state_records.py),
     trusting none of it: a test the records do not report in the expected shape, once, is an
     error row that scores nothing, and records that cannot be matched to the hidden tests give
     no points at all."""
-    collected = records.read(state, records.COLLECTED, list)
-    pytest_json = records.read(state, records.PYTEST, dict) or {}
-    sandbox = records.read(state, records.SANDBOX, dict) or {}
-    worker = records.read(state, records.WORKER, dict) or {}
-    opened = records.read(state, records.DEVICE, dict) or {}
-    quiet = records.read(state, records.QUIET, dict)
+    collected = state_records.read(state, state_records.COLLECTED, list)
+    pytest_json = state_records.read(state, state_records.PYTEST, dict) or {}
+    sandbox = state_records.read(state, state_records.SANDBOX, dict) or {}
+    worker = state_records.read(state, state_records.WORKER, dict) or {}
+    opened = state_records.read(state, state_records.DEVICE, dict) or {}
+    quiet = state_records.read(state, state_records.QUIET, dict)
     instructor.update(pytest_exit=code, worker=worker, test_process=how or {})
     if quiet is not None:
         # Whether a timing could tell a busy GPU (gpu_quiet.py): without NVML it cannot.

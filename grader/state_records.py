@@ -1,4 +1,4 @@
-"""The contract between a grading (grader/run.py) and its test process (grader/pytest_plugin.py):
+"""The contract between a grading (grader/grade_one.py) and its test process (grader/pytest_plugin.py):
 the files the test process leaves in the grading's state folder, and one reader that trusts
 none of them. The test process writes them; the grading reads them once pytest has ended
 and no worker is left, and scores only what they hold in the expected shape."""

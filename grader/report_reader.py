@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 
-INTERRUPTED = -2       # the pytest exit grader/run.py records when it caught SIGINT or SIGTERM
+INTERRUPTED = -2       # the pytest exit grader/grade_one.py records when it caught SIGINT or SIGTERM
 
 
 class ReportError(ValueError):
