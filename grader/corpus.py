@@ -1,13 +1,15 @@
 """An assignment's corpus: the submissions `validate` grades, and what each must get.
 
-The corpus is a folder (`corpus` in assignment.toml) holding wrong.toml (`[name]`, `bug`,
-`fails = [areas]`, and the bug itself as `[[name.edit]]` tables, `old` -> `new` on the
-reference under its own `doc`, or else a file wrong/<name>.py; a timing cheat names its honest
-twin in `no_more_than` and may not outscore it), adversarial.toml (`[name]`, `trick`, `deserves`
-in points, optionally `deserves_without_privilege_drop`, `earns_at_least` and `fast`, file
-adversarial/<name>.py) and right.toml (`[name]`, `style`, optionally `device` and `fast`, file
-right/<name>.py): correct solutions written otherwise than the reference, which must earn every
-point of every area but those scored on a curve (a slower one may lose speed points).
+The corpus is a folder (`corpus` in assignment.toml) holding:
+- wrong.toml: `[name]`, `bug`, `fails = [areas]`, and the bug itself as `[[name.edit]]` tables,
+  `old` -> `new` on the reference under its own `doc`, or else a file wrong/<name>.py; a timing
+  cheat names its honest twin in `no_more_than` and may not outscore it; `device` where it is
+  wrong on one device only;
+- adversarial.toml: `[name]`, `trick`, `deserves` in points, optionally
+  `deserves_without_privilege_drop`, `earns_at_least` and `fast`, file adversarial/<name>.py;
+- right.toml: `[name]`, `style`, optionally `device` and `fast`, file right/<name>.py: correct
+  solutions written otherwise than the reference, which must earn every point of every area but
+  those scored on a curve (a slower one may lose speed points).
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ class Entry:
     deserves_without_drop: float | None = None
     earns_at_least: float | str | None = None   # adversarial: the least it must score ("all": full marks)
     fast: bool = False
-    device: str | None = None         # right: graded only on this device (None: any)
+    device: str | None = None         # wrong, right: graded only on this device (None: any)
     may_lose: tuple[str, ...] = ()    # right: areas scored on a curve, where speed may cost points
     no_more_than: str | None = None   # wrong: another wrong entry (its honest twin) it may not outscore
     fails_on: tuple[tuple[str, tuple[str, ...]], ...] = ()   # wrong: (device, areas it fails there too)
@@ -118,6 +120,10 @@ def load_corpus(assignment: Assignment, corpus: Path | None = None, mutants: Pat
             if not file.is_file():
                 raise CorpusError(f"{where}: no file {file}")
             fast = bool(spec.get("fast", False))
+            device = spec.get("device")
+            if device not in (None, "cpu", "cuda") or (device is not None and kind == "adversarial"):
+                raise CorpusError(f"{where}: `device` must be \"cpu\" or \"cuda\" (wrong and right entries only), "
+                                  f"not {device!r}")
             if kind == "wrong":
                 fails = spec.get("fails")
                 if not isinstance(fails, list) or not fails:
@@ -134,13 +140,10 @@ def load_corpus(assignment: Assignment, corpus: Path | None = None, mutants: Pat
                     raise CorpusError(f"{where}: `fails_on` must map \"cpu\" or \"cuda\" to a list of areas")
                 # An area gated by a failed one fails too: wrong.toml names only what the bug breaks.
                 entries.append(Entry(kind, name, file, str(spec.get("bug", "")),
-                                     assignment.with_dependents(fails), fast=fast, no_more_than=twin,
+                                     assignment.with_dependents(fails), fast=fast, device=device, no_more_than=twin,
                                      fails_on=tuple((d, tuple(assignment.with_dependents(v)))
                                                     for d, v in sorted(fails_on.items()))))
             elif kind == "right":
-                device = spec.get("device")
-                if device not in (None, "cpu", "cuda"):
-                    raise CorpusError(f"{where}: `device` must be \"cpu\" or \"cuda\", not {device!r}")
                 if not spec.get("style"):
                     raise CorpusError(f"{where}: `style` must say how it differs from the reference")
                 curved = tuple(n for n, a in assignment.areas.items() if a.curve)

@@ -178,20 +178,27 @@ class Worker:
         run to their end; a timing window waits for the GPU to be quiet (gpu_quiet.py)."""
         if self.frozen or self.proc.poll() is not None:
             return
-        if self.expect_idle:
-            self.expect_idle = False
-            try:       # see worker.serve; a worker that never says it is idle is frozen all the same
-                wire.recv(self.sock, deadline=time.monotonic() + IDLE_WAIT_S)
-            except (OSError, EOFError, wire.WireError):
-                pass
-            finally:
-                self.sock.settimeout(None)
+        self._take_idle()
         pids = self.tree()
         signal_all(pids, signal.SIGSTOP)
         self.frozen = pids
         deadline = time.monotonic() + 0.5
         while not all(stopped(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.001)
+
+    def _take_idle(self) -> None:
+        """Read the worker's "idle" after an answer (see worker.serve), once: left unread, it
+        would be taken for the answer to the next request, and every answer after it would be
+        one behind. A worker that never says it is idle is frozen all the same."""
+        if not self.expect_idle:
+            return
+        self.expect_idle = False
+        try:
+            wire.recv(self.sock, deadline=time.monotonic() + IDLE_WAIT_S)
+        except (OSError, EOFError, wire.WireError):
+            pass
+        finally:
+            self.sock.settimeout(None)
 
     def thaw(self) -> None:
         if self.frozen:
@@ -206,6 +213,7 @@ class Worker:
 
     def request(self, header: dict, timeout: float, fds: list[int] = ()) -> tuple[dict, list[bytes]]:
         self.thaw()
+        self._take_idle()          # an earlier answer's, where nothing froze the worker after it
         if header:
             self.expect_idle = header.get("op") in ("call", "prepare", "go")
             try:
@@ -508,6 +516,8 @@ class Submission:
                     refill()
                 self._settle_ours()
                 worker.thaw()         # not inside the window: it scans /proc
+                # Frozen again however the batch ends: a batch that raised leaves no thread running.
+                stack.callback(worker.freeze)
                 started = time.perf_counter()
                 self._request(worker, name, {"op": "go"}, freeze=False)
                 if settled is not None:
@@ -515,9 +525,7 @@ class Submission:
                     give_up = started + max(SETTLE_MIN_S, SETTLE_FACTOR * answered)
                     while not settled() and time.perf_counter() < give_up:
                         pass
-                elapsed = time.perf_counter() - started
-                worker.freeze()
-                return elapsed
+                return time.perf_counter() - started
 
     @contextlib.contextmanager
     def _budgeted(self):

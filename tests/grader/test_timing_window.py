@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grader.sandbox import Confinement, Submission, proxy
+from grader.sandbox import Confinement, Submission, SubmissionError, proxy
 from grader.sandbox.proxy import SETTLE_MIN_S
 
 TOY = Path(__file__).parent / "toy" / "submissions"
@@ -71,3 +71,19 @@ def test_outputs_that_never_show_close_the_window_for_the_check_to_fail(timed_ba
     sub, x, y, refill = timed_batch("good.py")
     seconds = sub.time_calls("add_into", [((x, y), {})], refill=refill, settled=lambda: False)
     assert SETTLE_MIN_S <= seconds < SETTLE_MIN_S + 2.0
+
+
+@pytest.mark.slow
+def test_a_timed_batch_that_raises_leaves_the_worker_answering_in_step(timed_batch):
+    """A submission that raises inside a timed batch (a kernel that does not compile for one
+    shape) fails that timing alone: each later call gets its own answer, never what the failed
+    batch left unread, so a later correct call is not failed for it."""
+    sub, x, y, refill = timed_batch("good.py")
+    short = sub.exchange.zeros((512,), torch.float32)
+    with pytest.raises(SubmissionError, match="shapes differ"):
+        sub.time_calls("add_into", [((x, short), {})], refill=refill)
+    assert sub.echo(5) == 5
+    assert sub.echo("again") == "again"
+    sub.time_calls("add_into", [((x, y), {})], refill=refill)
+    assert torch.equal(x, y)
+    assert sub._worker.frozen, "between calls the worker's threads are stopped, after a failed batch too"

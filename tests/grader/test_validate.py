@@ -256,7 +256,18 @@ def test_a_wrong_entry_may_fail_more_areas_on_one_device(tmp_path):
     assert on_gpu["kernel_write"] == on_gpu["write"] == "pass" and on_gpu["padding"] == "fail"
 
 
+def test_a_wrong_entry_may_be_wrong_on_one_device_only(tmp_path):
+    """Slow only where the machine is slow (a speed contract the GPU meets within its slack):
+    graded on that device, skipped with the reason elsewhere."""
+    corpus = write_corpus(tmp_path, '[a]\nfails = ["slot_mapping"]\ndevice = "cpu"\n', "")
+    (a,) = [e for e in corp.load_corpus(ASSIGNMENT, corpus) if e.kind == "wrong"]
+    assert corp.skip_reason(a, CPU, "cpu") is None
+    assert corp.skip_reason(a, v.columns(ASSIGNMENT, "cuda"), "cuda") == "runs on cpu only"
+
+
 @pytest.mark.parametrize("wrong,adversarial,why", [
+    ('[a]\nfails = ["write"]\ndevice = "gpu"\n', "", "device"),
+    ("", "[c]\ndeserves = 0\ndevice = \"cpu\"\n", "device"),
     ('[a]\nfails = ["write"]\nfails_on = { tpu = ["write"] }\n', "", "fails_on"),
     ('[a]\nfails = ["write"]\nfails_on = { cpu = ["speed"] }\n', "", "fails_on"),
     ('[a]\nbug = "x"\n', "", "fails"),
