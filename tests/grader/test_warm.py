@@ -134,8 +134,14 @@ def test_a_grading_that_goes_away_takes_the_host_down_with_its_workers(tmp_path)
         while not descendants(first_host) and time.monotonic() < deadline:
             time.sleep(0.1)          # the session's submission worker is up
         if not descendants(first_host) and host.proc.poll() is None:
+            before = _states(first_host)
             os.kill(first_host, signal.SIGUSR1)      # its threads' stacks, into its log
-            time.sleep(1)
+            time.sleep(5)
+            assert descendants(first_host), (f"no worker in the host after 180 s (host exit {host.proc.poll()}, "
+                                             f"grading exit {proc.poll()}, host threads {before}, 5 s later "
+                                             f"{_states(first_host)}, grading's threads {_states(proc.pid)} and "
+                                             f"{len(descendants(proc.pid))} processes under it: it ran cold if any):\n"
+                                             f"{host.log_tail()}")
         assert descendants(first_host), (f"no worker in the host after 180 s (host exit {host.proc.poll()}, "
                                          f"grading exit {proc.poll()}, host threads {_states(first_host)}):\n"
                                          f"{host.log_tail()}")
@@ -153,13 +159,17 @@ def test_a_grading_that_goes_away_takes_the_host_down_with_its_workers(tmp_path)
 
 
 def _states(pid: int) -> list[str]:
-    """What each thread of pid is doing (state and kernel wait channel), for a message."""
+    """What each thread of pid is doing, for a message: its state, kernel wait channel, the CPU
+    ticks it has used (user+system: a thread that spins gains them, one starved of the CPU does
+    not) and its syscall (the first number; "running" when in user space)."""
     found = []
     for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
         try:
-            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            found.append(f"{task.name}:{state}:{(task / 'wchan').read_text().strip()}")
-        except OSError:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            syscall = (task / "syscall").read_text().split()[0] if os.access(task / "syscall", os.R_OK) else "?"
+            found.append(f"{task.name}:{fields[0]}:{(task / 'wchan').read_text().strip()}:"
+                         f"ticks={int(fields[11]) + int(fields[12])}:syscall={syscall}")
+        except (OSError, IndexError, ValueError):
             continue
     return found
 
