@@ -51,7 +51,7 @@ fi
 # Inside a container without systemd pg_ctlcluster starts the server itself.
 status=$(pg_lsclusters -h | awk -v c="$CLUSTER" '$2 == c {print $4}')
 if [ "$status" != online ]; then
-  pg_ctlcluster "$v" "$CLUSTER" start
+  bash "$(dirname "$0")/start_daemon.sh" pg_ctlcluster "$v" "$CLUSTER" start
 fi
 for _ in $(seq 50); do
   runuser -u postgres -- psql -p "$PORT" -qAtc 'select 1' >/dev/null 2>&1 && break

@@ -49,7 +49,7 @@ fi
 chown munge:munge /etc/munge/munge.key
 chmod 0400 /etc/munge/munge.key
 if ! munge -n </dev/null >/dev/null 2>&1; then
-  runuser -u munge -- /usr/sbin/munged
+  bash "$(dirname "$0")/start_daemon.sh" runuser -u munge -- /usr/sbin/munged
   for _ in $(seq 50); do munge -n </dev/null >/dev/null 2>&1 && break; sleep 0.1; done
 fi
 
@@ -103,8 +103,9 @@ if [ "$(cat /etc/slurm/slurm.conf 2>/dev/null)" != "$config" ]; then
     fi
   done
 fi
-running slurmctld || /usr/sbin/slurmctld
-running slurmd || /usr/sbin/slurmd
+# Through start_daemon.sh: a daemon must not keep a pipe of whoever runs this script.
+running slurmctld || bash "$(dirname "$0")/start_daemon.sh" /usr/sbin/slurmctld
+running slurmd || bash "$(dirname "$0")/start_daemon.sh" /usr/sbin/slurmd
 
 for _ in $(seq 60); do
   state=$(sinfo -h -n "$host" -o %T 2>/dev/null || true)

@@ -1,0 +1,62 @@
+"""The scripts that start the test services' daemons (tools/postgres_local.sh, tools/slurm_one_node.sh)
+return to a caller that reads their output to its end, as `export URL=$(bash tools/postgres_local.sh)`
+does: a daemon started with a descriptor on that pipe would hold the reader open for as long as it
+lives. That hung CI once, until the runner killed it without a word."""
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from grader.assignment import REPO
+from service_server import PG_ENV
+
+START_DAEMON = REPO / "tools/start_daemon.sh"
+
+
+def _capture(script: str, timeout: float) -> tuple[float, str]:
+    """Run `script` as `$(...)` runs it (its output on a pipe with an extra descriptor on it, read
+    to its end), and return how long the read took and what it read."""
+    begun = time.monotonic()
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr
+    return time.monotonic() - begun, done.stdout
+
+
+def _daemon(pidfile) -> str:
+    """A stand-in daemon: forks, leaves its parent, sends its output to a log as a daemon does
+    (here /dev/null), lives 60 s and keeps the other descriptors it was given."""
+    return f"(setsid sleep 60 >/dev/null 2>&1 & echo $! > {pidfile})"
+
+
+def test_a_daemon_started_through_start_daemon_leaves_the_callers_pipe(tmp_path):
+    pidfile = tmp_path / "pid"
+    script = f"exec 3>&1 1>&2; bash {START_DAEMON} bash -c '{_daemon(pidfile)}'; echo url >&3"
+    try:
+        took, out = _capture(script, timeout=30)
+        assert out == "url\n" and took < 10, f"the read took {took:.1f} s"
+    finally:
+        os.kill(int(pidfile.read_text()), 9)
+
+
+def test_without_it_the_same_daemon_holds_the_read_open(tmp_path):
+    """The failure start_daemon.sh prevents, shown: the stand-in keeps fd 3 and the read never ends."""
+    pidfile = tmp_path / "pid"
+    script = f"exec 3>&1 1>&2; bash -c '{_daemon(pidfile)}'; echo url >&3"
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            _capture(script, timeout=3)
+    finally:
+        os.kill(int(pidfile.read_text()), 9)
+
+
+@pytest.mark.slow
+def test_postgres_local_returns_when_it_starts_the_server():
+    """The real script from a stopped server, read as .ci/run reads it: only the URL, promptly."""
+    url = os.environ.get(PG_ENV)
+    if not url or os.geteuid() != 0 or shutil.which("pg_ctlcluster") is None:
+        pytest.skip(f"needs root and the server of tools/postgres_local.sh ({PG_ENV} set)")
+    subprocess.run(["bash", str(REPO / "tools/postgres_local.sh"), "--stop"], check=True, timeout=60)
+    took, out = _capture(f"bash {REPO / 'tools/postgres_local.sh'}", timeout=120)
+    assert out.strip() == url and took < 60, (took, out)
