@@ -33,7 +33,7 @@ class Exchange:
         self.chown = chown
         self.vmm = vmm and device.type == "cuda"
         self._allocations: dict[int, "vmm_module.Allocation"] = {}   # CUDA with vmm: by data_ptr
-        self._outgoing: dict[int, int] = {}                            # allocation id -> fd, next message
+        self._outgoing: dict[int, int] = {}                            # piece id -> fd, next message
         self._names = itertools.count()
         # Registered storages by data_ptr. Each entry keeps its tensor alive, so an address
         # cannot be reused by an unrelated tensor while it is registered here.
@@ -42,20 +42,28 @@ class Exchange:
         self._pool = torch.cuda.MemPool() if device.type == "cuda" and not self.vmm else None
 
     # -- allocation -------------------------------------------------------
-    def empty(self, shape, dtype) -> torch.Tensor:
+    def empty(self, shape, dtype, backed: list[tuple[int, int]] | None = None) -> torch.Tensor:
+        """A tensor the worker maps without a copy. `backed` ((start, stop) byte ranges) says
+        which bytes the test will ever touch: on the GPU only those get memory, and any other
+        address of the tensor faults when touched (see vmm.Allocation); on the CPU the file
+        is sparse whatever is said, and without the driver bindings all of it is allocated."""
         nbytes = max(1, torch.Size(shape).numel() * torch.empty(0, dtype=dtype).element_size())
-        base = self._alloc_bytes(nbytes)
+        base = self._alloc_bytes(nbytes, backed)
         return torch.empty(0, dtype=dtype, device=base.device).set_(base.untyped_storage(), 0, shape)
 
-    def zeros(self, shape, dtype) -> torch.Tensor:
-        t = self.empty(shape, dtype)
+    def zeros(self, shape, dtype, backed: list[tuple[int, int]] | None = None) -> torch.Tensor:
+        t = self.empty(shape, dtype, backed)
         if self.device.type == "cuda":
-            t.zero_()            # fresh CPU files are zero already, and stay sparse
+            # only what has memory behind it (fresh CPU files are zero already, and stay sparse)
+            alloc = self._allocations.get(t.untyped_storage().data_ptr())
+            flat = _bytes_view(t.untyped_storage())
+            for offset, length in (alloc.pieces if alloc is not None else [(0, flat.numel())]):
+                flat[offset: offset + length].zero_()
         return t
 
-    def _alloc_bytes(self, nbytes: int) -> torch.Tensor:
+    def _alloc_bytes(self, nbytes: int, backed: list[tuple[int, int]] | None = None) -> torch.Tensor:
         if self.vmm:
-            alloc = vmm_module.Allocation(nbytes, torch.cuda.current_device())
+            alloc = vmm_module.Allocation(nbytes, torch.cuda.current_device(), backed)
             self._allocations[alloc.tensor.data_ptr()] = alloc
             return alloc.tensor
         if self.device.type == "cuda":
@@ -85,7 +93,7 @@ class Exchange:
         self._outgoing.clear()
 
     def take_outgoing(self) -> tuple[list[int], list[int]]:
-        """(allocation ids, their fds) that the message being sent refers to."""
+        """(piece ids, their fds) that the message being sent refers to."""
         ids = list(self._outgoing)
         fds = [self._outgoing[i] for i in ids]
         self._outgoing.clear()
@@ -131,7 +139,8 @@ class Exchange:
         alloc = self._allocations.pop(key, None)
         if alloc is not None:
             torch.cuda.synchronize()
-            self._outgoing.pop(alloc.id, None)
+            for pid in alloc.piece_ids:
+                self._outgoing.pop(pid, None)
             alloc.close()
         entry = self._files.pop(key, None)
         if entry:
@@ -146,8 +155,8 @@ class Exchange:
             return dict(common, kind="file", path=path, nbytes=nbytes)
         if self.vmm:
             alloc = self._allocations[t.untyped_storage().data_ptr()]
-            self._outgoing[alloc.id] = alloc.fd
-            return dict(common, kind="vmm", id=alloc.id, nbytes=alloc.nbytes, size=alloc.size)
+            self._outgoing.update(zip(alloc.piece_ids, alloc.fds))
+            return dict(common, kind="vmm", **alloc.describe())
         from torch.multiprocessing.reductions import reduce_tensor
         _, a = reduce_tensor(t)
         return dict(common, kind="cuda", device=a[6], handle=wire.b64(a[7]),

@@ -48,7 +48,8 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float | None) -> bytes:
     return bytes(buf)
 
 
-MAX_FDS = 64                   # file descriptors with one message (GPU memory, see vmm.py)
+MAX_FDS = 250                  # file descriptors with one message: GPU memory pieces (vmm.py);
+                               # Linux takes at most 253 in one SCM_RIGHTS message
 
 
 def send(sock: socket.socket, header: dict, blobs: list[bytes] = (), fds: list[int] = ()) -> None:

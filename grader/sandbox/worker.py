@@ -39,7 +39,7 @@ class Mapper:
     def __init__(self, device: str, fds: dict[int, int] | None = None):
         self.device = device
         self.files: dict[str, object] = {}
-        self.fds = fds or {}                       # allocation id -> received descriptor
+        self.fds = fds or {}                       # piece id -> received descriptor
         self.vmm: dict[int, object] = {}           # allocation id -> vmm.Import
 
     def tensor(self, d: dict):
@@ -55,7 +55,8 @@ class Mapper:
             import vmm
             mapping = self.vmm.get(d["id"])
             if mapping is None:
-                mapping = self.vmm[d["id"]] = vmm.Import(self.fds[d["id"]], d["nbytes"], d["size"],
+                pieces = [(offset, length, self.fds[pid]) for offset, length, pid in d["pieces"]]
+                mapping = self.vmm[d["id"]] = vmm.Import(pieces, d["nbytes"], d["size"],
                                                          torch.cuda.current_device())
             return torch.empty(0, dtype=dtype, device="cuda").set_(mapping.tensor.untyped_storage(), d["offset"],
                                                                    d["shape"], d["stride"])
