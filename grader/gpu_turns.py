@@ -47,15 +47,67 @@ SHARE_HOLD_S = 5.0          # a sharing test inside longer is stuck: the longest
 
 
 class Turn:
-    """A held turn: `alone` (see turn) and whether it was `lost` at its deadline."""
+    """A held turn: `alone` (see turn) and whether it was `lost` at its deadline. A shared turn
+    can become exclusive for the length of a block (`exclusive()`): a timing test shares the
+    GPU while it builds inputs and compiles, and has it alone only while it measures."""
 
-    def __init__(self, alone: bool):
-        self.alone = alone
+    def __init__(self, gate: int, room: int, stuck: int, share_s: float):
+        self._gate, self._room, self._stuck, self._share_s = gate, room, stuck, share_s
+        self.alone = True
         self.lost = False
         self.hold_s: float | None = None
+        self.exclusive_s = 0.0             # time spent holding the GPU alone
+        self._timer: threading.Timer | None = None
 
     def __bool__(self) -> bool:
         return self.alone
+
+    def _take_shared(self) -> None:
+        fcntl.flock(self._gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self._room, fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(self._gate, fcntl.LOCK_UN)
+        self._start(threading.Timer(self._share_s, _step_aside, args=(self._room, self._stuck)))
+
+    def _take_exclusive(self, wait_s: float, hold_s: float | None) -> None:
+        fcntl.flock(self._gate, fcntl.LOCK_EX)
+        alone = _lock_within(self._room, wait_s) and _free(self._stuck)
+        if alone:            # one that is not alone keeps the gate: no newcomer joins it
+            fcntl.flock(self._gate, fcntl.LOCK_UN)
+        self.alone = self.alone and alone
+        if hold_s is not None:
+            self.hold_s = hold_s
+            self._start(threading.Timer(hold_s, _expire, args=(self, self._room, self._gate)))
+
+    def _start(self, timer: threading.Timer) -> None:
+        timer.daemon = True
+        self._timer = timer
+        timer.start()
+
+    def _leave(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer.join()     # an expiry under way finishes before the locks go
+            self._timer = None
+        for fd in (self._room, self._stuck, self._gate):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def exclusive(self, wait_s: float = EXCLUSIVE_WAIT_S, hold_s: float | None = None):
+        """From a shared turn: the GPU alone for the block (as turn(exclusive=True) gives it),
+        then shared again. The shared lock is left first: a process waiting on its own
+        sharer would wait out wait_s."""
+        self._leave()
+        began = time.monotonic()
+        try:
+            self._take_exclusive(wait_s, hold_s)
+            began = time.monotonic()
+            yield self
+        finally:
+            self.exclusive_s += time.monotonic() - began
+            self._leave()
+            self._take_shared()
 
 
 def lock_dir() -> Path:
@@ -97,33 +149,15 @@ def turn(key: str, exclusive: bool, folder: Path | None = None, wait_s: float = 
     room = os.open(folder / f"{key}.room", os.O_RDWR | os.O_CREAT, 0o600)
     stuck = os.open(folder / f"{key}.stuck", os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(gate, fcntl.LOCK_EX)
-        alone = True
-        try:
-            if exclusive:
-                alone = _lock_within(room, wait_s) and _free(stuck)
-            else:
-                fcntl.flock(room, fcntl.LOCK_SH)
-        finally:
-            if alone:        # one that is not alone keeps the gate: no newcomer joins it
-                fcntl.flock(gate, fcntl.LOCK_UN)
-        held = Turn(alone)
-        if exclusive and hold_s is not None:
-            held.hold_s = hold_s
-            timer = threading.Timer(hold_s, _expire, args=(held, room, gate))
-        elif exclusive:
-            timer = None
+        held = Turn(gate, room, stuck, share_s)
+        if exclusive:
+            held._take_exclusive(wait_s, hold_s)
         else:
-            timer = threading.Timer(share_s, _step_aside, args=(room, stuck))
-        if timer is not None:
-            timer.daemon = True
-            timer.start()
+            held._take_shared()
         try:
             yield held
         finally:
-            if timer is not None:
-                timer.cancel()
-                timer.join()     # an expiry under way finishes before the fds are closed
+            held._leave()
     finally:
         os.close(room)       # closing drops the locks
         os.close(stuck)

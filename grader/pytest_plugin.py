@@ -229,7 +229,6 @@ def reference(request):
 
 
 _MEASURE = pytest.StashKey[float]()
-_NOT_ALONE = pytest.StashKey[bool]()
 _TURN = pytest.StashKey["gpu_turns.Turn"]()
 _WAITS = pytest.StashKey[dict]()
 _QUIET_FROM = pytest.StashKey[tuple]()
@@ -263,40 +262,50 @@ def measure(request, quiet_gpu):
     return record
 
 
-@pytest.fixture(scope="session")
-def gpu_alone(device):
-    """gpu_alone() is a context manager giving this GPU to us alone among the gradings that
-    share it, as a measuring test has it (see gpu_turn); it yields whether it did, or went
-    ahead after a bounded wait for a stuck neighbour. On the CPU it does nothing."""
-    if device.type != "cuda":
-        return lambda: contextlib.nullcontext(True)
-    from . import gpu_turns
+class _NoTurn:
+    """The CPU's stand-in for a GPU turn: nothing is shared, everything is alone."""
+    alone, lost, exclusive_s = True, False, 0.0
 
-    @contextlib.contextmanager
-    def alone():
-        with gpu_turns.turn(gpu_turns.gpu_key(), exclusive=True) as held:
-            yield held.alone
-    return alone
+    def exclusive(self, **_):
+        return contextlib.nullcontext(True)
+
+
+@pytest.fixture(scope="session")
+def gpu_share(device):
+    """gpu_share() is a context manager holding a shared turn on this GPU (see gpu_turn) for
+    work outside a test, such as timing the reference before the first one; its
+    `exclusive()` gives the GPU to this grading alone for a block. On the CPU it does nothing."""
+    if device.type != "cuda":
+        return lambda: contextlib.nullcontext(_NoTurn())
+    from . import gpu_turns
+    return lambda: gpu_turns.turn(gpu_turns.gpu_key(), exclusive=False)
 
 
 @pytest.fixture(autouse=True)
 def gpu_turn(request, device):
-    """On a GPU that other gradings may share: a test that measures has it to itself, or
-    after a bounded wait for a stuck neighbour goes ahead, and its record says so."""
+    """On a GPU that other gradings may share, every test shares it; a test that measures has
+    it to itself while quiet_gpu.measure runs (or, after a bounded wait for a stuck neighbour,
+    goes ahead and its record says so). Building inputs and compiling happen beside the
+    neighbours: a grading keeps the GPU from the others only for its measurements."""
     if device.type != "cuda":
         yield
         return
     from . import gpu_turns
     timing = "measure" in request.fixturenames
+    quiet = request.getfixturevalue("quiet_gpu") if timing else None
     asked = time.monotonic()
-    with gpu_turns.turn(gpu_turns.gpu_key(), exclusive=timing, hold_s=gpu_turns.HOLD_S if timing else None) as held:
+    with gpu_turns.turn(gpu_turns.gpu_key(), exclusive=False) as held:
         # Where a shared GPU's time goes (instructor detail): waiting for the turn, and below
         # for a quiet GPU (measure), so a slow class can be told from a slow grader.
         request.node.stash[_WAITS] = {"gpu_turn_wait_s": round(time.monotonic() - asked, 3)}
-        if not held.alone:
-            request.node.stash[_NOT_ALONE] = True
         request.node.stash[_TURN] = held
-        yield
+        if quiet is not None:
+            quiet.window = lambda: held.exclusive(hold_s=gpu_turns.HOLD_S)
+        try:
+            yield
+        finally:
+            if quiet is not None:
+                quiet.window = contextlib.nullcontext
 
 
 class TurnLost(SandboxFailure):
@@ -361,9 +370,12 @@ def pytest_json_runtest_metadata(item, call):
         quiet, windows, waited = item.stash[_QUIET_FROM]
         item.stash.setdefault(_WAITS, {}).update(
             gpu_quiet_wait_s=round(quiet.waited_s - waited, 3), gpu_quiet_attempts=float(sum(quiet.windows[windows:])))
+    held = item.stash.get(_TURN, None)
+    if call.when == "call" and held is not None and "measure" in item.fixturenames:
+        item.stash.setdefault(_WAITS, {})["gpu_alone_s"] = round(held.exclusive_s, 3)
     if call.when == "call" and item.stash.get(_WAITS, None):
         record.setdefault("figures", {}).update(item.stash[_WAITS])
-    if call.when == "call" and item.stash.get(_NOT_ALONE, False):
+    if call.when == "call" and held is not None and not held.alone:
         # timed beside a neighbour's test that would not end (see gpu_turns)
         record.setdefault("figures", {})["gpu_had_alone"] = 0.0
     return record

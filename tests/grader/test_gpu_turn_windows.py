@@ -1,0 +1,69 @@
+"""A timing test shares the GPU while it builds its inputs and has it alone only while it
+measures (gpu_turns.Turn.exclusive): the exclusive part of a grading is its measurements,
+not its compile and set-up, and gradings sharing a GPU wait on nothing else."""
+import threading
+import time
+
+from grader import gpu_turns
+
+
+def test_a_shared_turn_turns_exclusive_for_a_block_and_back(tmp_path):
+    with gpu_turns.turn("gpu-test", False, tmp_path) as mine:
+        # another sharer gets in beside it at once
+        with gpu_turns.turn("gpu-test", False, tmp_path, share_s=30) as other:
+            assert other.alone
+        with mine.exclusive(wait_s=5) as alone:
+            assert alone, "nobody else held the GPU, so the block had it alone"
+            got_in = threading.Event()
+
+            def sharer():
+                with gpu_turns.turn("gpu-test", False, tmp_path):
+                    got_in.set()
+            t = threading.Thread(target=sharer)
+            t.start()
+            assert not got_in.wait(0.5), "a sharer came in while the GPU was held alone"
+        assert got_in.wait(5), "the sharer waited on after the exclusive block ended"
+        t.join(5)
+        assert mine.exclusive_s >= 0.5
+        # shared again: a neighbour's sharer gets in while this turn is still held
+        with gpu_turns.turn("gpu-test", False, tmp_path) as again:
+            assert again.alone
+
+
+def test_the_exclusive_block_waits_for_sharers_inside_and_says_when_it_went_ahead(tmp_path):
+    inside, leave = threading.Event(), threading.Event()
+
+    def neighbour():
+        with gpu_turns.turn("gpu-test", False, tmp_path, share_s=30):
+            inside.set()
+            leave.wait(10)
+    t = threading.Thread(target=neighbour)
+    t.start()
+    assert inside.wait(5)
+    with gpu_turns.turn("gpu-test", False, tmp_path) as mine:
+        threading.Timer(0.4, leave.set).start()
+        started = time.monotonic()
+        with mine.exclusive(wait_s=5) as alone:
+            waited = time.monotonic() - started
+            assert alone and waited >= 0.3, f"went ahead after {waited:.2f} s beside a sharer"
+    t.join(5)
+    leave.clear()
+    t = threading.Thread(target=neighbour)
+    inside.clear()
+    t.start()
+    assert inside.wait(5)
+    with gpu_turns.turn("gpu-test", False, tmp_path) as mine:
+        with mine.exclusive(wait_s=0.3) as alone:
+            assert not alone, "a sharer that stays inside past wait_s: the block goes ahead, not alone"
+    leave.set()
+    t.join(5)
+    assert not mine.alone, "the test's turn remembers it was not alone"
+
+
+def test_an_exclusive_block_held_past_its_hold_is_lost(tmp_path):
+    with gpu_turns.turn("gpu-test", False, tmp_path) as mine:
+        with mine.exclusive(wait_s=1, hold_s=0.3):
+            time.sleep(0.6)
+            with gpu_turns.turn("gpu-test", False, tmp_path) as neighbour:   # let in at the deadline
+                assert neighbour.alone
+    assert mine.lost
