@@ -185,6 +185,10 @@ class Assignment:
                     changed = True
         return tuple(a for a in self.areas if a in reached)
 
+    def requirements(self, name: str) -> tuple[str, ...]:
+        """Every area `name` requires, directly or through another, in rubric order."""
+        return tuple(a for a in self.areas if a != name and name in self.with_dependents([a]))
+
     @property
     def timed_area(self) -> str | None:
         """The area scored on a measure (its curve), which the class page plots; None if none is."""

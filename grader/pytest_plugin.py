@@ -43,6 +43,7 @@ class Grading:
         self.protect = list(spec.protect)
         self.roots = spec.roots()
         self.workers = workers
+        self.failed_areas: set[str] = set()        # areas with a test that failed so far
         self._spare = workers.spare_for(self)
         if self._spare is not None:
             self.confinement = self._spare.conf
@@ -151,6 +152,28 @@ def pytest_runtest_setup(item):
     sub = _grading(item.config)._submission
     if sub is not None and sub.unavailable:
         raise SubmissionUnavailable(sub.unavailable)
+    grading = _grading(item.config)
+    area = grading.assignment.areas.get(area_of(item))
+    if area is not None and area.curve:
+        failed = [req for req in grading.assignment.requirements(area.name) if req in grading.failed_areas]
+        if failed:
+            raise NotTimed(f"not timed: {', '.join(failed)} failed, and speed is scored only on a "
+                           f"submission that passes {'it' if len(failed) == 1 else 'them'} completely; "
+                           "the time of a wrong answer says nothing. Those tests' hints say what to fix.")
+
+
+class NotTimed(SandboxFailure):
+    """A measured area's test is not run when an area it requires has failed already: it could
+    score nothing, and timing a wrong answer costs the class the GPU."""
+    outcome = "failed"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed and report.when in ("setup", "call") and _KEY in item.config.stash:
+        _grading(item.config).failed_areas.add(area_of(item))
+    return report
 
 
 def area_of(item) -> str | None:
@@ -177,6 +200,10 @@ def pytest_collection_modifyitems(session, config, items):
             item.add_marker(pytest.mark.skip(reason=f"area {area.name} is graded only on {area.device}"))
     if problems:
         raise pytest.UsageError("hidden suite is malformed:\n" + "\n".join(problems))
+    # Measured areas last, so that what they require has been graded when they start (see
+    # pytest_runtest_setup); the order is otherwise the suite's.
+    items[:] = ([i for i in items if not areas[area_of(i)].curve]
+                + [i for i in items if areas[area_of(i)].curve])
     runnable = [i for i in items if not i.get_closest_marker("skip")]
     if not config.option.collectonly and any("reference" in i.fixturenames for i in runnable):
         grading.reference()         # its worker imports while the other tests run
