@@ -24,7 +24,8 @@ TOP_KEYS = {"assignment", "rubric", "leaderboard", "service"}
 ASSIGNMENT_KEYS = {"id", "title", "submission", "functions", "reference", "template", "public_tests",
                    "hidden_tests", "corpus", "call_timeout_s", "time_budget_s", "worker_memory_mb",
                    "gpu_memory_gib", "protect"}
-AREA_KEYS = {"points", "summary", "requires", "device", "curve"}
+AREA_KEYS = {"points", "summary", "requires", "device", "curve", "budget_s"}
+DEVICES = ("cpu", "cuda")
 LEADERBOARD_KEYS = {"enabled", "columns"}
 COLUMN_KEYS = {"name", "test", "figure", "order"}
 SERVICE_KEYS = {"visibility"}
@@ -45,6 +46,12 @@ class Area:
     requires: tuple[str, ...] = ()
     device: str | None = None           # "cuda": graded only where a GPU is present
     curve: tuple[tuple[float, float], ...] = ()   # measure -> fraction of a test's points
+    # What grading the reference may cost in this area, in seconds, by device: `validate`
+    # holds the reference to it and every other entry to a few times it.
+    budget_s: tuple[tuple[str, float], ...] = ()
+
+    def budget_on(self, device: str) -> float | None:
+        return dict(self.budget_s).get(device)
 
     def credit(self, measure: float | None) -> float:
         """Fraction of a passed test's points: 1 without a curve, else the curve at `measure`
@@ -136,7 +143,7 @@ class Assignment:
             return (here / meta[key]).resolve() if key in meta else None
 
         try:
-            areas = {name: _area(name, _known(spec, AREA_KEYS, f"[rubric.{name}] ", path))
+            areas = {name: _area(name, _known(spec, AREA_KEYS, f"[rubric.{name}] ", path), path)
                      for name, spec in rubric.items()}
             assignment = cls(
                 id=meta["id"], title=meta.get("title", meta["id"]), folder=path.parent,
@@ -209,10 +216,20 @@ def _known(table, keys: set[str] | None, where: str, path: Path) -> dict:
     return table
 
 
-def _area(name: str, spec: dict) -> Area:
+def _budget(name: str, spec: dict, path: Path) -> tuple[tuple[str, float], ...]:
+    budget = spec.get("budget_s", {})
+    if not (isinstance(budget, dict) and set(budget) <= set(DEVICES) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in budget.values())):
+        raise AssignmentError(f"{path}: [rubric.{name}] budget_s must be a table of positive seconds by device "
+                              f"({', '.join(DEVICES)}), such as {{ cpu = 4, cuda = 1.5 }}; it is {budget!r}")
+    return tuple((device, float(v)) for device, v in budget.items())
+
+
+def _area(name: str, spec: dict, path: Path) -> Area:
     return Area(name=name, points=float(spec["points"]), summary=spec.get("summary", ""),
                 requires=tuple(spec.get("requires", ())), device=spec.get("device"),
-                curve=tuple((float(x), float(y)) for x, y in spec.get("curve", ())))
+                curve=tuple((float(x), float(y)) for x, y in spec.get("curve", ())),
+                budget_s=_budget(name, spec, path))
 
 
 def _leaderboard(spec: dict, path: Path) -> tuple[LeaderboardColumn, ...]:

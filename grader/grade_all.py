@@ -23,7 +23,8 @@ def add_parser(sub) -> None:
     p.add_argument("--course", required=True, help="course folder holding submitted/<student>/<assignment>/")
     p.add_argument("--assignment", help="assignment folder (default: the only one under assignment/)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--jobs", type=int, help="gradings at once (default: one per GPU; on the CPU half the cores). "
+    p.add_argument("--jobs", type=int, help="gradings at once (default: on the CPU half the cores; on a GPU machine as "
+                   "many as each GPU's memory (gpu_memory_gib in assignment.toml) and the cores allow). "
                         "On GPUs, N > GPUs shares each GPU; tests that time the kernel take turns alone")
     p.add_argument("--timeout", type=float, help="seconds one grading may take (default: 2 x time budget + 300)")
     p.add_argument("--csv", help="plain grades CSV (default: COURSE/grades-<assignment id>.csv)")
@@ -158,7 +159,7 @@ def make_executor(args, course: Course):
         device = resolve_device(args.device)
     except DeviceUnavailable as exc:
         raise ValueError(str(exc)) from None
-    jobs = args.jobs or default_jobs(device)
+    jobs = args.jobs or default_jobs(device, course.assignment.grading_gpu_bytes)
     if jobs < 1:
         raise ValueError("--jobs must be at least 1")
     if args.executor == "submitit-local":

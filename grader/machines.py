@@ -58,11 +58,19 @@ def visible_gpus() -> list[str]:
     return listed[:count] if listed else [str(i) for i in range(count)]
 
 
-def default_jobs(device: str) -> int:
-    if device == "cuda":
-        return len(visible_gpus())
-    # A grading keeps about two cores busy: the trusted pytest process and the worker.
-    return max(1, len(os.sched_getaffinity(0)) // 2)
+def default_jobs(device: str, grading_gpu_bytes: int | None = None) -> int:
+    """Gradings at once. A grading keeps about two cores busy (the trusted pytest process and
+    the worker); on a GPU machine the cores are shared among the GPUs, and each GPU takes as
+    many as its memory holds at grading_gpu_bytes each (one per GPU where that is not known)."""
+    pairs = max(1, len(os.sched_getaffinity(0)) // 2)
+    if device != "cuda":
+        return pairs
+    gpus = visible_gpus()
+    sizes = cuda_device_memory() if grading_gpu_bytes else []
+    if len(sizes) != len(gpus) or not gpus:
+        return len(gpus)
+    per_gpu = max(1, pairs // len(gpus))
+    return sum(max(1, min(per_gpu, size // grading_gpu_bytes)) for size in sizes)
 
 
 def slots(device: str, jobs: int, grading_gpu_bytes: int | None = None) -> list[dict[str, str]]:

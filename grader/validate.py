@@ -60,13 +60,14 @@ class MatrixRow:
     notes: list[str] = field(default_factory=list)
     report_path: str | None = None
     skipped: str | None = None
+    seconds: dict[str, float] = field(default_factory=dict)            # area -> wall seconds
 
     @classmethod
     def from_json(cls, entry: Entry, d: dict) -> "MatrixRow":
         return cls(entry, expected=d["expected"], passed=d["passed"], cells=d["cells"], score=d["score"],
                    max_score=d["max_score"], allowed=d["deserves"], privilege_drop=d["privilege_drop"],
                    wall_s=d["wall_s"], problems=d["problems"], notes=d["notes"], report_path=d["report"],
-                   skipped=d["skipped"])
+                   skipped=d["skipped"], seconds=d.get("seconds", {}))
 
     def to_json(self) -> dict:
         e = self.entry
@@ -75,7 +76,7 @@ class MatrixRow:
                 "score": self.score, "max_score": self.max_score, "deserves": self.allowed,
                 "privilege_drop": self.privilege_drop, "wall_s": round(self.wall_s, 1),
                 "problems": self.problems, "notes": self.notes, "report": self.report_path,
-                "skipped": self.skipped}
+                "skipped": self.skipped, "seconds": self.seconds}
 
 
 def _rel(path: Path) -> str:
@@ -144,9 +145,60 @@ def overlong_tests(report: dict, call_timeout_s: float) -> list[float]:
     return sorted(d for d in durations if isinstance(d, (int, float)) and d > limit)
 
 
+BUDGET_TIMES = 3       # an entry's area may cost this many times the reference's budget ...
+
+
+def area_seconds(report: dict, *, without_timeouts: bool = False) -> dict[str, float]:
+    """Area -> wall seconds of its tests; `without_timeouts` leaves out tests that ended at a
+    call's timeout, whose cost the timeout bounds (and overlong_tests checks)."""
+    seconds: dict[str, float] = {}
+    for t in report.get("tests", []):
+        detail = report_reader.test_detail(t)
+        d, area = detail.get("duration_s", 0), (t.get("tags") or [None])[0]
+        if not isinstance(d, (int, float)) or not isinstance(area, str):
+            continue
+        if without_timeouts and detail.get("outcome") == "timeout":
+            continue
+        seconds[area] = seconds.get(area, 0.0) + d
+    return seconds
+
+
+def over_budget(entry: Entry, report: dict, budgets: dict[str, float], call_timeout_s: float) -> list[str]:
+    """The reference within each area's budget; any other entry within BUDGET_TIMES times it
+    and one call's timeout (a wrong answer must not keep the grader much longer: a timing loop
+    ends once its verdict is certain), tests that ended at a timeout aside."""
+    if entry.kind == "reference":
+        spent = area_seconds(report)
+        return [f"the reference spent {spent[a]:.1f} s in {a}, over its budget of {b:g} s"
+                for a, b in budgets.items() if spent.get(a, 0.0) > b]
+    spent = area_seconds(report, without_timeouts=True)
+    return [f"spent {spent[a]:.1f} s in {a}, over {BUDGET_TIMES} times its budget of {b:g} s and a "
+            f"{call_timeout_s:g} s call timeout" for a, b in budgets.items()
+            if spent.get(a, 0.0) > BUDGET_TIMES * b + call_timeout_s]
+
+
+def budgets_on(assignment: Assignment, device: str) -> dict[str, float]:
+    """Area -> its budget in seconds on `device`, for the areas that state one."""
+    return {name: b for name, a in assignment.areas.items() if (b := a.budget_on(device)) is not None}
+
+
+def budget_table(rows: list[MatrixRow], budgets: dict[str, float]) -> str:
+    """The reference's seconds per area beside each budget, and the most any entry spent there."""
+    ref = next((r for r in rows if r.entry.kind == "reference" and r.seconds), None)
+    if ref is None or not budgets:
+        return ""
+    lines = ["seconds per area: the reference, its budget, and the most any entry spent"]
+    for a, b in budgets.items():
+        worst = max(((r.seconds.get(a, 0.0), r.entry.label) for r in rows if r.seconds), default=(0.0, "-"))
+        lines.append(f"  {a:<16} {ref.seconds.get(a, 0.0):7.2f} s  budget {b:6.2f} s  most {worst[0]:7.2f} s ({worst[1]})")
+    lines.append(f"  {'in all':<16} {sum(ref.seconds.get(a, 0.0) for a in budgets):7.2f} s  "
+                 f"budget {sum(budgets.values()):6.2f} s")
+    return "\n".join(lines)
+
+
 def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: str | None = None,
           schema_problems: list[str] = (), leftovers: list[str] = (), device: str | None = None,
-          call_timeout_s: float | None = None) -> MatrixRow:
+          call_timeout_s: float | None = None, budgets: dict[str, float] | None = None) -> MatrixRow:
     """Everything wrong with one grading, from its report and what was seen around it."""
     row = MatrixRow(entry)
     if grade_error:
@@ -205,6 +257,9 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
         if slow:
             row.problems.append(f"{len(slow)} test(s) ran past the {call_timeout_s:g} s call timeout "
                                 f"(longest {slow[-1]:.0f} s): a timeout did not hold")
+    row.seconds = {a: round(x, 2) for a, x in area_seconds(report).items()}
+    if budgets:
+        row.problems += over_budget(entry, report, budgets, call_timeout_s or 0.0)
     if report_reader.problem(report):
         row.notes.append(str(report_reader.problem(report))[:200])
     return row
@@ -451,7 +506,7 @@ def _run(assignment, entries, device, out, drop_privileges, echo, reports_dir, h
         strays += files_left_by(uid if isinstance(uid, int) else None)
         row = judge(entry, report, cols, grade_error=error, device=device, leftovers=strays,
                     schema_problems=schema_problems(report) if report is not None else [],
-                    call_timeout_s=assignment.call_timeout_s)
+                    call_timeout_s=assignment.call_timeout_s, budgets=budgets_on(assignment, device))
         row.wall_s, row.report_path = wall, _rel(report_path)
         rows.append(row)
         echo(f"{prefix}: {summary_line(row)}")
@@ -538,7 +593,7 @@ def main(args) -> int:
 
 
 def _validate(args, mutants: Path) -> int:
-    from .machines import DeviceUnavailable, resolve_device
+    from .machines import DeviceUnavailable, default_jobs, resolve_device
     try:
         import jsonschema  # noqa: F401
     except ImportError:
@@ -559,7 +614,7 @@ def _validate(args, mutants: Path) -> int:
         return 2
     out = Path(args.out)
     cols = columns(assignment, device)
-    jobs = 1 if args.jobs is None else args.jobs
+    jobs = default_jobs(device, assignment.grading_gpu_bytes) if args.jobs is None else args.jobs
     if jobs < 1:
         print("grader validate: --jobs must be at least 1", file=sys.stderr)
         return 2
@@ -589,6 +644,10 @@ def _validate(args, mutants: Path) -> int:
         compare_twins(rows)
     print()
     print(render(rows, cols))
+    table = budget_table(rows, budgets_on(assignment, device))
+    if table:
+        print()
+        print(table)
     unmeasured = sum("n/m" in r.cells.values() for r in rows)
     if unmeasured:
         print(f"\n{unmeasured} grading(s) had an area not measured (the GPU was busy): to be regraded, no point lost")

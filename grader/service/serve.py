@@ -52,7 +52,8 @@ def main(args) -> int:
         except ValueError as exc:
             return _fail(str(exc))
         args.device = device            # asked of sinfo once, not at every grading
-    jobs = (default_jobs(device) if args.executor == "local" else 4) if args.jobs is None else args.jobs
+    jobs = ((default_jobs(device, assignment.grading_gpu_bytes) if args.executor == "local" else 4)
+            if args.jobs is None else args.jobs)
     if jobs < 1:
         return _fail("--jobs must be at least 1")
     if args.checks_per_hour < 0:
