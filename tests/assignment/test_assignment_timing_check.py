@@ -53,6 +53,7 @@ def test_a_right_batch_passes_and_every_wrong_one_fails(timing, case):
     b = timing.Batch(_Proxy(), case, 7)
     _write(b)
     assert b.check(), "a batch written exactly was refused"
+    assert b.settled(), "the check left the watched rows changed: round_trip's look would wait in vain"
     for mistake in ("stray value", "one row skipped", "one launch swapped", "last launch skipped"):
         _write(b, mistake)
         assert not b.check(), f"a batch with {mistake} passed the check"

@@ -1,0 +1,201 @@
+"""What one grading costs on a GPU, and how many a GPU grades a minute: the checks behind the
+figures in docs/performance.md ("Gradings a minute"), in parts of under ten minutes each.
+
+    python bench/h200_checks.py first  [--out DIR]   # a fresh machine's first gradings, one at a time
+    python bench/h200_checks.py rate   [--copies 24] [--jobs N] [--out DIR]
+    python bench/h200_checks.py matrix [--jobs N] [--out DIR]   # validate over the whole corpus
+
+first:  the reference graded cold twice, alone, with the GPU's memory sampled every 50 ms
+        (NVML): wall time, the report's phases, and the peak memory above the idle GPU.
+rate:   N distinct reference copies through `grade-all` at the default number at once (or
+        --jobs): gradings a minute, each area's seconds (the budgets' source), scores, the
+        performance ratios, how many were not measured, and the peak memory of the class.
+matrix: `validate --device cuda` over every corpus entry at the default number at once: the kill
+        matrix, the budget table and the class rate.
+Each part prints its table and writes DIR/<part>.json; exit 1 when a check fails.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.busy_gpu import time_went, verdict  # noqa: E402
+from grader import report_reader  # noqa: E402
+from grader.assignment import Assignment  # noqa: E402
+from grader.course import Course  # noqa: E402
+
+REFERENCE = ROOT / "reference" / "l1_paged_kv_write.py"
+
+
+class MemorySampler:
+    """The GPU's used memory every `every_s`, from NVML, while the block runs: its peak above
+    what was used when it started."""
+
+    def __init__(self, every_s: float = 0.05):
+        import pynvml
+        pynvml.nvmlInit()
+        self.nvml, self.every_s = pynvml, every_s
+        self.handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        self.base = self.peak = self._used()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _used(self) -> int:
+        return int(self.nvml.nvmlDeviceGetMemoryInfo(self.handle).used)
+
+    def _run(self) -> None:
+        while not self.done.wait(self.every_s):
+            self.peak = max(self.peak, self._used())
+
+    def __enter__(self) -> "MemorySampler":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join()
+
+    @property
+    def peak_gib(self) -> float:
+        return round((self.peak - self.base) / 2**30, 2)
+
+
+def bounded(cmd: list[str], deadline_s: float, log: Path) -> subprocess.CompletedProcess:
+    """Run cmd, its output to `log`; past deadline_s its whole process group is ended (exit -9),
+    so a part always reports what finished."""
+    with open(log, "w") as sink:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = proc.wait(timeout=deadline_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = -9
+            print(f"ended after its {deadline_s:g} s deadline", flush=True)
+    text = log.read_text(errors="replace")
+    return subprocess.CompletedProcess(cmd, code, stdout=text, stderr="")
+
+
+def area_seconds(report: dict) -> dict[str, float]:
+    return {name: a.get("seconds", 0.0) for name, a in report_reader.areas(report).items()}
+
+
+def part_first(args, out: Path) -> dict:
+    found = {"gradings": []}
+    for i in range(2):
+        report_path = out / f"first-{i}.json"
+        with MemorySampler() as memory:
+            t = time.monotonic()
+            subprocess.run([sys.executable, "-m", "grader", "grade", "--submission", str(REFERENCE), "--report",
+                            str(report_path), "--device", "cuda"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, check=False)
+            wall = time.monotonic() - t
+        report = report_reader.read_or_none(report_path) or {}
+        ok, line = verdict(report)
+        row = {"run": i, "ok": ok, "result": line, "wall_s": round(wall, 1), "peak_gib": memory.peak_gib,
+               "phases": report_reader._extra(report, "phases") if report else {}, "areas_s": area_seconds(report)}
+        found["gradings"].append(row)
+        print(f"cold grading {i}: {'ok ' if ok else 'BAD'} {line}; wall {wall:.1f} s; peak {memory.peak_gib} GiB",
+              flush=True)
+        print(f"  phases {json.dumps(row['phases'])}", flush=True)
+        print(f"  areas  {json.dumps(row['areas_s'])}", flush=True)
+    return found
+
+
+def make_class(folder: Path, copies: int, assignment: Assignment) -> list[str]:
+    students = []
+    for i in range(copies):
+        student = f"ref{i:02d}"
+        target = folder / "submitted" / student / assignment.id
+        target.mkdir(parents=True)
+        (target / assignment.submission).write_text(REFERENCE.read_text() + f"\n# copy {i}\n")
+        students.append(student)
+    return students
+
+
+def part_rate(args, out: Path) -> dict:
+    assignment = Assignment.find(None)
+    course = Path(tempfile.mkdtemp(prefix="rate-class-"))
+    students = make_class(course, args.copies, assignment)
+    cmd = [sys.executable, "-m", "grader", "grade-all", "--course", str(course), "--assignment",
+           str(assignment.folder), "--device", "cuda"] + (["--jobs", str(args.jobs)] if args.jobs else [])
+    with MemorySampler() as memory:
+        t = time.monotonic()
+        run = bounded(cmd, args.deadline, out / "rate-grade-all.log")
+        wall = time.monotonic() - t
+    reports = [report_reader.read_or_none(Course(course, assignment).report_path(s)) or {} for s in students]
+    done = [s for s, r in zip(students, reports) if r]
+    print(f"{len(done)} of {len(students)} graded", flush=True)
+    rows, seconds, ratios, unmeasured, bad = [], {}, [], 0, 0
+    for student, report in zip(students, reports):
+        ok, line = verdict(report)
+        bad += not ok
+        unmeasured += bool(report_reader.regrade(report))
+        for area, s in area_seconds(report).items():
+            seconds.setdefault(area, []).append(s)
+        perf = [t for t in report.get("tests", []) if "performance" in t.get("tags", [])]
+        ratios += [m for t in perf if (m := report_reader.test_detail(t).get("measure")) is not None]
+        rows.append({"student": student, "ok": ok, "result": line})
+        print(f"  {student}: {'ok ' if ok else 'BAD'} {line}", flush=True)
+    rate = 60 * len(done) / wall
+    per_area = {a: {"max": round(max(v), 2), "median": round(statistics.median(v), 2)} for a, v in seconds.items()}
+    print(f"{len(done)} distinct reference copies in {wall:.0f} s: {rate:.1f} gradings a minute "
+          f"(grade-all exit {run.returncode}; {(run.stdout.strip().splitlines() or [''])[-1][:200]})")
+    print(f"class peak GPU memory above idle: {memory.peak_gib} GiB; not measured: {unmeasured} of {len(students)}")
+    print("seconds per area (max, median): " + json.dumps(per_area))
+    if ratios:
+        print(f"performance ratio reference/reference: min {min(ratios):.3f} median {statistics.median(ratios):.3f} "
+              f"max {max(ratios):.3f} over {len(ratios)} tests")
+    print("where a grading's time went (mean s): " + json.dumps(time_went(reports)), flush=True)
+    return {"wall_s": round(wall, 1), "rate_per_min": round(rate, 2), "gradings": len(students),
+            "peak_gib": memory.peak_gib, "not_measured": unmeasured, "bad": bad, "areas_s": per_area,
+            "ratios": ratios, "rows": rows, "time_went": time_went(reports), "ok": bad == 0}
+
+
+def part_matrix(args, out: Path) -> dict:
+    cmd = [sys.executable, "-m", "grader", "validate", "--device", "cuda", "--out", str(out / "matrix-validate.json")]
+    cmd += ["--jobs", str(args.jobs)] if args.jobs else []
+    with MemorySampler() as memory:
+        t = time.monotonic()
+        run = bounded(cmd, args.deadline, out / "matrix.log")
+        wall = time.monotonic() - t
+    print(run.stdout[-12000:])
+    matrix = json.loads((out / "matrix-validate.json").read_text()) if (out / "matrix-validate.json").exists() else {}
+    n = len(matrix.get("rows", matrix.get("entries", []))) if matrix else 0
+    print(f"validate exit {run.returncode}; {n} entries in {wall:.0f} s ({60 * n / wall:.1f} a minute); "
+          f"peak GPU memory above idle {memory.peak_gib} GiB", flush=True)
+    return {"exit": run.returncode, "wall_s": round(wall, 1), "entries": n, "peak_gib": memory.peak_gib,
+            "ok": run.returncode == 0}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("part", choices=["first", "rate", "matrix"])
+    ap.add_argument("--copies", type=int, default=24)
+    ap.add_argument("--jobs", type=int, help="gradings at once (default: grade-all's and validate's own)")
+    ap.add_argument("--out", default="build/h200")
+    ap.add_argument("--deadline", type=float, default=540, help="seconds the part's command may take")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    found = {"first": part_first, "rate": part_rate, "matrix": part_matrix}[args.part](args, out)
+    (out / f"{args.part}.json").write_text(json.dumps(found, indent=1))
+    ok = found.get("ok", all(g["ok"] for g in found.get("gradings", [])))
+    print("every check passed" if ok else "a check failed")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
