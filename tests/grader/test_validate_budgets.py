@@ -73,13 +73,13 @@ def test_the_l1_rubric_states_a_budget_for_every_area_on_each_device_it_grades()
         for device in ("cpu", "cuda"):
             if area.applies_on(device):
                 assert area.budget_on(device) is not None, f"{name} has no {device} budget"
-    assert sum(a.budget_on("cuda") for a in ASSIGNMENT.areas.values()) <= 10.0, "the cuda budgets add up past 10 s"
 
 
 @pytest.mark.parametrize("budget", ["5", "{ cpu = -1 }", "{ gpu = 3 }", "{ cpu = true }"])
 def test_a_malformed_budget_is_refused_in_a_sentence(tmp_path, budget):
     text = (REPO / "assignment" / "l1_paged_kv_write" / "assignment.toml").read_text()
-    text = text.replace("[rubric.write]\n", f"[rubric.write]\nbudget_s = {budget}\n", 1)
+    text = text.replace("budget_s = { cpu = 12, cuda = 25 }", f"budget_s = {budget}", 1)
+    assert f"budget_s = {budget}" in text
     text = text.replace('"../../', '"' + str(REPO) + "/")
     (tmp_path / "assignment.toml").write_text(text)
     with pytest.raises(AssignmentError, match=r"\[rubric.write\] budget_s must be a table of positive seconds"):

@@ -25,12 +25,13 @@ import torch
 # processes' Python: at H = 8 a 4096-token write is 13 us of GPU work against 17 us of launch
 # (docs/performance.md), and the reference against itself scored 0.64-1.19 there over seven
 # gradings on the H200; at H = 32 it is 37 us. A wrapper that synchronises or copies still shows.
-# 8 (32) launches make a batch of about 1.1 ms of GPU work, and keep one grading's inputs near
-# 7.5 GB, so that eight gradings fit on one GPU.
+# 16 (64) launches make a batch of about 2.2 ms of GPU work: with half as many, the round trip
+# taken off each window (about 0.8 ms, give or take 0.2) moved the reference against itself to
+# 0.84-0.86 on one case of a lone grading on the H200 (docs/performance.md).
 CASES = {
-    "prefill-fp16-fused": (65536, 8, 128, torch.float16, "fused", 8),
-    "decode-bf16-fused-h32": (4096, 32, 128, torch.bfloat16, "fused", 32),
-    "hd640-fp16-plain": (65536, 8, 80, torch.float16, "plain", 8),
+    "prefill-fp16-fused": (65536, 8, 128, torch.float16, "fused", 16),
+    "decode-bf16-fused-h32": (4096, 32, 128, torch.bfloat16, "fused", 64),
+    "hd640-fp16-plain": (65536, 8, 80, torch.float16, "plain", 16),
 }
 REPEATS = 9
 BLOCK_SIZE = 16
