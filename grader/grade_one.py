@@ -264,8 +264,11 @@ def read_state(state: Path, assignment: Assignment, code: int, tail: str, instru
         figures = meta.get("figures")
         figures = {str(k): v for k, f in figures.items() if (v := _number(f)) is not None} \
             if isinstance(figures, dict) else None
+        charged = meta.get("charged")
+        charged = {str(a): v for a, s in charged.items() if (v := _number(s)) is not None and 0 <= v <= duration} \
+            if isinstance(charged, dict) else {}
         results.append(TestResult(c["nodeid"], c["area"], c["contract"], outcome, str(meta.get("hint", "")),
-                                  duration, _number(meta.get("measure")), figures))
+                                  duration, _number(meta.get("measure")), figures, charged=charged))
     if code == INTERRUPTED:
         problem = "grading was interrupted; tests that had not reported score nothing"
     elif code not in (0, 1) and problem is None and not pytest_json:

@@ -44,6 +44,8 @@ class Grading:
         self.roots = spec.roots()
         self.workers = workers
         self.failed_areas: set[str] = set()        # areas with a test that failed so far
+        self.current: str | None = None             # the node id of the test being set up or run
+        self.charged: dict[str, dict[str, float]] = {}   # node id -> area -> seconds (charge_time)
         self._spare = workers.spare_for(self)
         if self._spare is not None:
             self.confinement = self._spare.conf
@@ -147,7 +149,10 @@ def pytest_runtest_setup(item):
     turn on the GPU. Neither first nor last: after the skipping plugin's own (a skipped test
     stays skipped), before the runner's, which sets up the fixtures (registered earlier,
     called later)."""
-    if _KEY not in item.config.stash or "submission" not in item.fixturenames:
+    if _KEY not in item.config.stash:
+        return
+    _grading(item.config).current = item.nodeid
+    if "submission" not in item.fixturenames:
         return
     sub = _grading(item.config)._submission
     if sub is not None and sub.unavailable:
@@ -298,6 +303,24 @@ class _NoTurn:
 
 
 @pytest.fixture(scope="session")
+def charge_time(request):
+    """charge_time(area) is a context manager whose seconds count in `area`'s time rather than
+    in the test it runs under: a session fixture set up for one area (the reference's timing,
+    for performance) runs in the setup of whichever test comes first."""
+    grading = _grading(request.config)
+
+    @contextlib.contextmanager
+    def charge(area: str):
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            spent = grading.charged.setdefault(grading.current or "", {})
+            spent[area] = spent.get(area, 0.0) + time.monotonic() - start
+    return charge
+
+
+@pytest.fixture(scope="session")
 def gpu_share(device):
     """gpu_share() is a context manager holding a shared turn on this GPU (see gpu_turn) for
     work outside a test, such as timing the reference before the first one; its
@@ -381,6 +404,9 @@ def pytest_json_runtest_metadata(item, call):
     record = {}
     if call.when == "setup":
         record = {"area": area_of(item), "contract": contract_of(item)}
+        grading = item.config.stash.get(_KEY, None)
+        if grading is not None and grading.charged.get(item.nodeid):
+            record["charged"] = {a: round(s, 3) for a, s in grading.charged[item.nodeid].items()}
     if call.excinfo is not None and call.when in ("setup", "call"):
         outcome, hint = _hint(call.excinfo)
         if call.when == "setup" and outcome != "skipped" and not isinstance(call.excinfo.value, SandboxFailure):

@@ -24,7 +24,12 @@ def build(assignment: Assignment, areas: dict[str, AreaResult], results: list[Te
     counters: dict[str, int] = {}
     seconds: dict[str, float] = {}     # wall time of each area's tests, setup and teardown included
     for r in results:
-        seconds[r.area] = seconds.get(r.area, 0.0) + r.duration_s
+        moved = {a: s for a, s in r.charged.items() if a in order and s >= 0}
+        if sum(moved.values()) > r.duration_s:
+            moved = {}              # more than the test took: a damaged record moves nothing
+        seconds[r.area] = seconds.get(r.area, 0.0) + r.duration_s - sum(moved.values())
+        for a, s in moved.items():
+            seconds[a] = seconds.get(a, 0.0) + s
     tests = []
     for r in sorted(results, key=lambda r: order[r.area]):
         counters[r.area] = counters.get(r.area, 0) + 1

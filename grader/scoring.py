@@ -27,6 +27,9 @@ class TestResult:
     score: float = 0.0
     max_score: float = 0.0
     gated_by: list[str] = field(default_factory=list)
+    # Seconds of this test's time that were another area's work (a session fixture set up for
+    # that area in this test's setup): counted there, not here, in each area's seconds.
+    charged: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
