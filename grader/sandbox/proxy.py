@@ -297,7 +297,7 @@ def shared_tensor_root() -> str | None:
     return "/dev/shm" if st.f_frsize * st.f_blocks >= 8 << 30 and os.access("/dev/shm", os.W_OK) else None
 
 
-COUNTED = ("ops", "lines", "items", "max_alloc_bytes")
+COUNTED = ("ops", "lines", "items", "max_alloc_bytes", "python_objects")
 
 
 def _counted(raw) -> dict | None:

@@ -125,7 +125,11 @@ class WorkCount:
       functions and lambdas included, since each runs a line;
     - items: tensor elements turned into Python numbers by Tensor.tolist (scalars one at a time,
       int(t) or t.item(), are ops already);
-    - max_alloc_bytes: the largest storage an operator returned that is none of the arguments'.
+    - max_alloc_bytes: the largest storage an operator returned that is none of the arguments';
+    - python_objects: the most Python objects (pymalloc blocks) alive beyond those at the call's
+      start, looked at on every counted step and when a function of the file returns, while its
+      locals still hold them: a list of a Python number per token, walked by map() over builtins
+      with no line of the file per step, is millions of them.
 
     Work inside a Triton launch is not counted: under TRITON_INTERPRET=1 the interpreter runs the
     kernel's body as Python and copies its arguments with torch ops, and a launch is one step of
@@ -137,7 +141,8 @@ class WorkCount:
     the dispatch mode and the tolist wrapper were all still in place at the end, and the
     grader keeps a clock of its own as the backstop."""
 
-    NAMES = ("ops", "lines", "items", "max_alloc_bytes")
+    NAMES = ("ops", "lines", "items", "max_alloc_bytes", "python_objects")
+    PEAKS = ("max_alloc_bytes", "python_objects")
 
     def __init__(self, caps: dict, source: str | None, skip_storages, in_launch):
         self.caps = {k: v for k, v in caps.items()
@@ -148,13 +153,15 @@ class WorkCount:
         self.counts = dict.fromkeys(self.NAMES, 0)
         self.capped: str | None = None
         self.intact = True
-        self._mode = None
+        self.tracer_raised = False
+        self._blocks = sys.getallocatedblocks()
 
     def _add(self, name: str, n: int) -> None:
-        if name == "max_alloc_bytes":
+        if name in self.PEAKS:
             self.counts[name] = max(self.counts[name], n)
         else:
             self.counts[name] += n
+            self._add("python_objects", sys.getallocatedblocks() - self._blocks)
         cap = self.caps.get(name)
         if cap is not None and self.counts[name] > cap:
             self.capped = self.capped or name
@@ -183,8 +190,14 @@ class WorkCount:
         source, count = self.source, self
 
         def local(frame, event, arg):
-            if event == "line" and not count.in_launch():
-                count._add("lines", 1)
+            try:
+                if event == "line" and not count.in_launch():
+                    count._add("lines", 1)
+                elif event == "return" and not count.in_launch():
+                    count._add("python_objects", sys.getallocatedblocks() - count._blocks)
+            except WorkCapped:
+                count.tracer_raised = True         # Python unsets a trace function that raises
+                raise
             return local
 
         def tracer(frame, event, arg):
@@ -208,9 +221,8 @@ class WorkCount:
             yield
         finally:
             from torch.utils._python_dispatch import _get_current_dispatch_mode
-            # A trace function that raised WorkCapped is unset by Python itself: not a tampering.
             self.intact = (torch.Tensor.tolist is counted_tolist and _get_current_dispatch_mode() is mode
-                           and (sys.gettrace() is tracer or self.capped == "lines"))
+                           and (sys.gettrace() is tracer or self.tracer_raised))
             sys.settrace(previous)
             torch.Tensor.tolist = tolist
 
