@@ -297,6 +297,27 @@ def shared_tensor_root() -> str | None:
     return "/dev/shm" if st.f_frsize * st.f_blocks >= 8 << 30 and os.access("/dev/shm", os.W_OK) else None
 
 
+COUNTED = ("ops", "lines", "items", "max_alloc_bytes", "python_objects")
+
+
+def _counted(raw) -> dict | None:
+    """The worker's count of a call's work (see worker.WorkCount), checked for shape: a
+    non-negative int per count, the count that cut the call short (or None) and whether the
+    counting was still in place at the end. None where it is not that: no count to judge."""
+    if not isinstance(raw, dict):
+        return None
+    out = {}
+    for name in COUNTED:
+        v = raw.get(name)
+        if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            return None
+        out[name] = v
+    capped, intact = raw.get("capped"), raw.get("intact")
+    if not (capped is None or capped in COUNTED) or not isinstance(intact, bool):
+        return None
+    return {**out, "capped": capped, "intact": intact}
+
+
 def _observed(raw) -> dict | None:
     """The worker's account of a call (see worker.Observer), checked for shape: launches (an
     int, or None where they could not be seen) and [argument, op] pairs of PyTorch writes."""
@@ -352,6 +373,11 @@ class Submission:
         self.failures: list[str] = []          # instructor detail: worker deaths and log tails
         self.last_observed: dict | None = None # what the worker saw the last answered call do
         self.hold_torch_writes = False         # calls leave their aten writes of arguments undone (worker.Observer)
+        # Caps ({"ops": N, "lines": N, "items": N, "max_alloc_bytes": N}, any of them) that make calls
+        # count their work and stop past a cap (worker.WorkCount); `last_counted` is the count of the
+        # last call, answered or raised, or None.
+        self.count_work: dict | None = None
+        self.last_counted: dict | None = None
         # Where the first worker's start went, in seconds (instructor detail): how long the run
         # waited for it to be up (torch imported, the GPU opened), and its import of the file.
         self.timings: dict[str, float] = {}
@@ -469,7 +495,7 @@ class Submission:
             self._worker = None
 
     def call(self, name: str, *args, **kwargs):
-        self.last_observed = None
+        self.last_observed = self.last_counted = None
         with self._budgeted():
             worker = self._worker_with(name)
             with self.exchange.crossing(args, kwargs) as (wargs, wkwargs):
@@ -480,6 +506,8 @@ class Submission:
                 request = {"op": "call", "fn": name, "args": wargs, "kwargs": wkwargs}
                 if self.hold_torch_writes:
                     request["hold_torch_writes"] = True
+                if self.count_work is not None:
+                    request["count"] = {k: int(v) for k, v in self.count_work.items()}
                 reply, blobs = self._request(worker, name, request)
             from .exchange import tensor_from_wire
             self.last_observed = _observed(reply.get("observed"))
@@ -566,6 +594,8 @@ class Submission:
                 self.start()       # the next worker imports torch while the next test builds its inputs
             raise
         self.timeouts_in_a_row = 0
+        if "count" in header:
+            self.last_counted = _counted(reply.get("counted"))
         if reply.get("poisoned"):
             self._discard(f"{name}: CUDA context poisoned")
         elif freeze:

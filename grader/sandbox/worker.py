@@ -110,6 +110,127 @@ def _sync(device: str) -> None:
         _device_synchronize()
 
 
+class WorkCapped(BaseException):
+    """A count passed the cap the grader asked for: the call is cut short, since more of the same
+    work could only confirm it. A BaseException, so that `except Exception` in the submission
+    does not swallow it; one that catches it anyway changes nothing, as the count is reported
+    whatever the call returns."""
+
+
+class WorkCount:
+    """How much work one call does, counted rather than timed, for suites that judge how a result
+    was computed (is it vectorised?) on a machine whose load nobody controls:
+
+    - ops: PyTorch operators dispatched (aten level, what a TorchDispatchMode sees);
+    - lines: Python lines run in the submission's own file (a trace function), calls of its
+      functions and lambdas included, since each runs a line;
+    - items: tensor elements turned into Python numbers by Tensor.tolist (scalars one at a time,
+      int(t) or t.item(), are ops already);
+    - max_alloc_bytes: the largest storage an operator returned that is none of the arguments';
+    - python_objects: the most Python objects (pymalloc blocks) alive beyond those at the call's
+      start, looked at on every counted step and when a function of the file returns, while its
+      locals still hold them: a list of a Python number per token, walked by map() over builtins
+      with no line of the file per step, is millions of them.
+
+    Work inside a Triton launch is not counted: under TRITON_INTERPRET=1 the interpreter runs the
+    kernel's body as Python and copies its arguments with torch ops, and a launch is one step of
+    the call however many programs it has.
+
+    `caps` names the counts at which the call is cut short (WorkCapped): a loop over two million
+    tokens ends after its first few hundred steps instead of running for a minute. Counting
+    runs beside the submission, which can switch it off; `intact` says whether the trace function,
+    the dispatch mode and the tolist wrapper were all still in place at the end, and the
+    grader keeps a clock of its own as the backstop."""
+
+    NAMES = ("ops", "lines", "items", "max_alloc_bytes", "python_objects")
+    PEAKS = ("max_alloc_bytes", "python_objects")
+
+    def __init__(self, caps: dict, source: str | None, skip_storages, in_launch):
+        self.caps = {k: v for k, v in caps.items()
+                     if k in self.NAMES and isinstance(v, int) and not isinstance(v, bool) and v >= 0}
+        self.source = source
+        self.skip = skip_storages                  # storage address -> arguments (not allocations)
+        self.in_launch = in_launch
+        self.counts = dict.fromkeys(self.NAMES, 0)
+        self.capped: str | None = None
+        self.intact = True
+        self.tracer_raised = False
+        self._blocks = sys.getallocatedblocks()
+
+    def _add(self, name: str, n: int) -> None:
+        if name in self.PEAKS:
+            self.counts[name] = max(self.counts[name], n)
+        else:
+            self.counts[name] += n
+            self._add("python_objects", sys.getallocatedblocks() - self._blocks)
+        cap = self.caps.get(name)
+        if cap is not None and self.counts[name] > cap:
+            self.capped = self.capped or name
+            raise WorkCapped(f"{name} passed {cap}")
+
+    def op(self) -> None:
+        if not self.in_launch():
+            self._add("ops", 1)
+
+    def allocated(self, out) -> None:
+        from torch.utils._pytree import tree_leaves
+        if self.in_launch():
+            return
+        for t in tree_leaves(out):
+            if not (isinstance(t, torch.Tensor) and t.layout == torch.strided):
+                continue
+            try:
+                storage = t.untyped_storage()
+                ptr, nbytes = storage.data_ptr(), storage.nbytes()
+            except (RuntimeError, NotImplementedError):  # no storage of its own (fake, functional)
+                continue
+            if ptr not in self.skip:
+                self._add("max_alloc_bytes", nbytes)
+
+    def _tracer(self):
+        source, count = self.source, self
+
+        def local(frame, event, arg):
+            try:
+                if event == "line" and not count.in_launch():
+                    count._add("lines", 1)
+                elif event == "return" and not count.in_launch():
+                    count._add("python_objects", sys.getallocatedblocks() - count._blocks)
+            except WorkCapped:
+                count.tracer_raised = True         # Python unsets a trace function that raises
+                raise
+            return local
+
+        def tracer(frame, event, arg):
+            return local if frame.f_code.co_filename == source else None
+        return tracer
+
+    @contextlib.contextmanager
+    def watching(self, mode):
+        """Counting on for the length of the call; `mode` is the dispatch mode that calls op()."""
+        tolist, count = torch.Tensor.tolist, self
+
+        def counted_tolist(t, *a, **k):
+            if not count.in_launch():
+                count._add("items", t.numel())
+            return tolist(t, *a, **k)
+        tracer = self._tracer()
+        previous = sys.gettrace()
+        torch.Tensor.tolist = counted_tolist
+        sys.settrace(tracer)
+        try:
+            yield
+        finally:
+            from torch.utils._python_dispatch import _get_current_dispatch_mode
+            self.intact = (torch.Tensor.tolist is counted_tolist and _get_current_dispatch_mode() is mode
+                           and (sys.gettrace() is tracer or self.tracer_raised))
+            sys.settrace(previous)
+            torch.Tensor.tolist = tolist
+
+    def report(self) -> dict:
+        return {**self.counts, "capped": self.capped, "intact": self.intact}
+
+
 class Observer:
     """What one call did, seen from inside: how many Triton kernels it launched, and which of
     its tensor arguments a PyTorch operation wrote outside every launch. Evidence for suites
@@ -138,7 +259,8 @@ class Observer:
     MAX_WRITES = 32
     OWN_NAMESPACES = ("aten", "prims")              # operators with no Python body to look into
 
-    def __init__(self, args: list, kwargs: dict, hold: bool = False):
+    def __init__(self, args: list, kwargs: dict, hold: bool = False, count: dict | None = None,
+                 source: str | None = None):
         self.hold = hold
         self.launches = 0
         self.depth = 0
@@ -148,6 +270,9 @@ class Observer:
         for where, t in [*enumerate(args), *kwargs.items()]:
             if isinstance(t, torch.Tensor):
                 self.storages.setdefault(t.untyped_storage().data_ptr(), []).append(where)
+        # Counted only where asked (see WorkCount): a trace function costs every Python line.
+        self.work = (WorkCount(count, source, self.storages, lambda: self.depth > 0)
+                     if isinstance(count, dict) else None)
 
     def enter(self, *_):
         self.launches += 1
@@ -248,6 +373,8 @@ class Observer:
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
+                if observer.work is not None:
+                    observer.work.op()
                 hit = observer.written(func, args, kwargs)
                 if hit and observer.extension(func):
                     return observer.run_inside(func, hit, args, kwargs, Writes)
@@ -256,11 +383,16 @@ class Observer:
                     held = observer.held(func, args, kwargs) if observer.hold else None
                     if held is not None:
                         return held[0]
-                return func(*args, **kwargs)
+                out = func(*args, **kwargs)
+                if observer.work is not None:
+                    observer.work.allocated(out)
+                return out
 
         with contextlib.ExitStack() as stack:
             launch_hooks = self._hook_launches(stack)
-            stack.enter_context(Writes())
+            mode = stack.enter_context(Writes())
+            if self.work is not None:
+                stack.enter_context(self.work.watching(mode))
             yield launch_hooks
 
     def _hook_launches(self, stack: contextlib.ExitStack) -> bool:
@@ -308,20 +440,28 @@ class Observer:
         return {"triton_launches": self.launches if hooked else None, "torch_writes": self.writes}
 
 
-def handle(msg: dict, module, mapper: Mapper, device: str, pending: list) -> tuple[dict, list[bytes]]:
-    """One request. `prepare` maps the inputs of a timed batch; `go` runs it back to back."""
+def handle(msg: dict, module, mapper: Mapper, device: str, pending: list,
+           counted: list | None = None) -> tuple[dict, list[bytes]]:
+    """One request. `prepare` maps the inputs of a timed batch; `go` runs it back to back.
+    `counted` receives a call's Observer, so that a call that raised still reports its count."""
+    counted = [] if counted is None else counted
     op = msg.get("op", "call")
     if op == "call":
         fn = getattr(module, msg["fn"])
         args = wire.decode(msg["args"], mapper.tensor)
         kwargs = dict(wire.decode(msg["kwargs"], mapper.tensor))
-        observer = Observer(args, kwargs, hold=msg.get("hold_torch_writes") is True)
+        observer = Observer(args, kwargs, hold=msg.get("hold_torch_writes") is True, count=msg.get("count"),
+                            source=getattr(module, "__file__", None))
+        counted.append(observer)
         with observer.watching() as hooked:
             value = fn(*args, **kwargs)
             _sync(device)
         blobs: list[bytes] = []
-        return {"ok": True, "value": wire.encode(value, result_tensor(blobs), torch.Tensor),
-                "observed": observer.report(hooked)}, blobs
+        reply = {"ok": True, "value": wire.encode(value, result_tensor(blobs), torch.Tensor),
+                 "observed": observer.report(hooked)}
+        if observer.work is not None:
+            reply["counted"] = observer.work.report()
+        return reply, blobs
     if op == "prepare":
         fn = getattr(module, msg["fn"])
         pending[:] = [(fn, wire.decode(c["args"], mapper.tensor), dict(wire.decode(c["kwargs"], mapper.tensor)))
@@ -356,11 +496,15 @@ def serve(sock: socket.socket, module, device: str) -> None:
         else:
             for fd in fds:
                 os.close(fd)
+        counted: list = []
         try:
-            reply, blobs = handle(msg, module, mapper, device, pending)
+            reply, blobs = handle(msg, module, mapper, device, pending, counted)
         except BaseException as exc:  # SystemExit from student code included
             poisoned = context_poisoned(device)
-            wire.send(sock, {"ok": False, "error": error_of(exc), "poisoned": poisoned})
+            failed = {"ok": False, "error": error_of(exc), "poisoned": poisoned}
+            if counted and counted[0].work is not None:
+                failed["counted"] = counted[0].work.report()     # cut short (WorkCapped) or raised
+            wire.send(sock, failed)
             if poisoned:
                 return
             op = None                        # a failed prepare keeps nothing mapped either

@@ -1,6 +1,8 @@
 """slot_mapping: slot = block_table[seq, pos // block_size] * block_size + pos % block_size,
 as int64 (widened before the multiply: int32 tables hold blocks whose slot passes 2**31),
-vectorised (as fast as one gather: the reference's, timed on the same input in the same run)."""
+vectorised (judged by the work it is counted doing on two million tokens; a generous bound on its
+time against one gather, timed on the same input in the same run, is the backstop)."""
+import os
 import time
 
 import pytest
@@ -165,31 +167,89 @@ def test_slots_past_2_31(block_size, submission, rng, device, record_property):
     assert result.dtype == torch.int64, "slots past 2**31 need int64: return them as int64."
 
 
-# Two million tokens. Through the sandbox, on a busy 2-core CPU, the reference's gather took
-# 0.41-0.68 s a call (its result travels back too), correct vectorised forms 0.41-0.73 s, and a
-# list comprehension over .tolist() 2.5-4.0 s (a loop of tensor lookups: tens of seconds); on
-# an idle machine or a GPU the gap is wider. Each side's time is the best of REPEATS calls.
+# Two million tokens, judged by the work slot_mapping does, counted in its worker (WorkCount in
+# grader/sandbox/worker.py), not by how long it took: a count is the same on an idle machine and a
+# busy one. What tells a vectorised form from a slow one:
+# - calls into PyTorch: the reference makes 6 whatever T, a loop over the tokens makes several per
+#   token, a loop over the sequences several per sequence (SPEED_S of them);
+# - lines of the file run: a list comprehension or a map over a lambda over plain Python numbers
+#   makes no PyTorch call per token, but runs a line per token;
+# - tensor elements turned into Python numbers (.tolist()): the data a loop of that kind walks;
+# - Python objects alive at once: a list of a Python number per token, walked by map() over
+#   builtins (no line of the file per step), is millions of them; the reference holds a few;
+# - the largest tensor it allocates, against its inputs: block_table[seq_idx] is every token's
+#   whole row, 2,000,000 x 256 int32 (2 GiB) here against 32.5 MB of inputs; the reference's
+#   largest is one int64 per token (16 MB).
+# The worker stops the call at the first count past its limit, so a loop costs milliseconds, not
+# the minute of a call timeout. Limits are constants far below T and SPEED_S: a vectorised form's
+# counts do not grow with either, a loop's grow with one of them.
 SPEED_T, SPEED_S, SPEED_W, SPEED_BS = 2_000_000, 512, 256, 16
-SPEED_FACTOR = 3           # how much slower than the reference's own gather a vectorised form may be
-SPEED_SLACK_S = 0.1        # scheduling noise on a shared machine, never enough for a loop
-# Both sides are timed in turns (baseline, submission, baseline, ...), each side's time the best of
-# its calls so far, so that both sample the same load: a baseline timed in a quiet moment beside
-# submission calls that all met a neighbour's burst marked the reference itself down (84.17/85,
-# three L1 gradings at once on 2 cores). Up to ROUNDS turns, over as soon as the best call is
-# within the limit. Every turn is a batch of its own, drawn afresh and checked: the best of
-# several calls on one batch is the time of an answer remembered from the first (a loop that
-# kept its answers passed that way). The baseline is timed twice before the first comparison, so
-# that one slow baseline call cannot widen the limit a loop is held to.
-ROUNDS = 5
-LOOP_S = 5.0               # a call this long is no vectorised form on any machine: no further turns
-# What a slow form is, told by timing it once more on a table NARROW_W blocks wide instead of
-# SPEED_W, same tokens: a loop's time goes per token and stays, a T x blocks intermediate
-# (block_table[seq_idx] gathers every token's whole row, 2.84 s against 0.06 s for one gather on
-# the H200) shrinks with the width. Not tried past DIAGNOSE_MAX_S: a loop of tensor lookups would
-# cost the call timeout again.
-NARROW_W = 8
-WIDTH_BOUND = 0.5          # the narrow call under this share of the wide one: the cost is the width
-DIAGNOSE_MAX_S = 30.0       # half the call timeout
+OPS_LIMIT = 100            # calls into PyTorch
+LINES_LIMIT = 200          # lines of the submission's file run (checks, helpers: tens at most)
+ITEMS_LIMIT = 100          # tensor elements turned into Python numbers by .tolist()
+OBJECTS_LIMIT = 250_000    # Python objects alive at once (a torch.compile'd form compiling: 14,208)
+ALLOC_FACTOR = 4           # largest tensor allocated / bytes of block_table, seq_idx and positions
+assert max(OPS_LIMIT, LINES_LIMIT, ITEMS_LIMIT) <= SPEED_S // 2 and OBJECTS_LIMIT <= SPEED_T // 8
+# The clock stays as a backstop for what the count cannot see (a file that switches the count
+# off, a loop in C over numpy's Python numbers, work in a thread of its own), so generous that no
+# load reaches it: BACKSTOP_FACTOR times a trusted gather on the same input, plus BACKSTOP_S. On
+# a 2-core CPU the gather took 0.03-0.22 s a call and a vectorised form through the sandbox
+# 0.1-0.73 s (idle to three gradings at once); a loop of tensor lookups runs past the call
+# timeout (60 s). A call over the bound is timed once more on a fresh batch (a torch.compile'd
+# form compiles again in its first call on two million tokens).
+BACKSTOP_FACTOR = 30
+BACKSTOP_S = 5.0
+TURNS = 2
+# The grader's own slowdown of one side of the timing, for the project's tests that show a busy
+# machine cannot move the verdict: "submission:x5" (each call takes five times as long),
+# "baseline:stall=0.2" (a random pause of up to 0.2 s per call). Read from the environment of
+# this trusted test process, which a submission never reaches (its worker's environment is made
+# from scratch); a grading under it says so in the test's figures.
+SLOWDOWN_ENV = "GRADER_TEST_SLOWDOWN"
+
+
+def _slowdown() -> dict:
+    """side -> ("x", factor) or ("stall", seconds), from SLOWDOWN_ENV; a malformed value is an
+    error of the run, not a slowdown nobody asked for."""
+    raw = os.environ.get(SLOWDOWN_ENV, "").strip()
+    out = {}
+    for part in filter(None, (p.strip() for p in raw.split(","))):
+        side, _, how = part.partition(":")
+        try:
+            if side not in ("submission", "baseline"):
+                raise ValueError(side)
+            if how.startswith("x"):
+                out[side] = ("x", float(how[1:]))
+            elif how.startswith("stall="):
+                out[side] = ("stall", float(how[len("stall="):]))
+            else:
+                raise ValueError(how)
+            if not out[side][1] >= 0:
+                raise ValueError(how)
+        except ValueError:
+            raise RuntimeError(f"{SLOWDOWN_ENV}={raw!r}: expected side:xFACTOR or side:stall=SECONDS, "
+                               "side being submission or baseline") from None
+    return out
+
+
+def _slowed(side: str, timed):
+    """`timed` (a function returning (seconds, ...)) with SLOWDOWN_ENV's slowdown of `side` put
+    inside its window, as a busy machine would."""
+    how = _slowdown().get(side)
+    if how is None:
+        return timed
+    import random
+
+    def slowed(*a):
+        t0 = time.perf_counter()
+        if how[0] == "stall":
+            time.sleep(random.uniform(0, how[1]))
+        out = timed(*a)
+        if how[0] == "x":
+            time.sleep(max(0.0, (how[1] - 1) * (time.perf_counter() - t0)))
+        took = time.perf_counter() - t0
+        return (took, *out[1:]) if isinstance(out, tuple) else took
+    return slowed
 
 
 def _speed_inputs(side, table, si_cpu, pos_cpu, device):
@@ -240,88 +300,119 @@ def _trusted_gather(table, si, pos, device):
     return time.perf_counter() - t0
 
 
-def test_two_million_tokens_as_fast_as_one_gather(submission, shared, rng, device, record_property, request):
-    """Two million tokens are mapped within a small factor of one vectorised gather, timed in the same run: no Python loop"""
+def _machine_load() -> str:
+    """How busy this machine was, in the trusted process's words, for a hint that blames time."""
+    try:
+        one, _, _ = os.getloadavg()
+    except OSError:
+        return "its load unknown"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"the machine's load average at {one:.1f} on {cores} cores"
+
+
+def _counted_mistake(counted: dict, input_bytes: int) -> str | None:
+    """The hint for counted work that is not vectorised, naming what was counted; None where the
+    counts are within the limits."""
+    T = f"{SPEED_T:,}"
+    ops, lines, items, alloc, objects = (counted[k] for k in ("ops", "lines", "items", "max_alloc_bytes",
+                                                            "python_objects"))
+    stopped = " before the grader stopped it" if counted["capped"] else ""
+    if ops > OPS_LIMIT:
+        return (f"on {T} tokens slot_mapping made more than {OPS_LIMIT} calls into PyTorch{stopped} "
+                f"({ops:,} counted; the one gather makes about 6, whatever the number of tokens): "
+                "a Python loop over the tokens (or over the sequences) calls PyTorch on every step. "
+                "Gather the whole batch at once with block_table[seq_idx, positions // block_size].")
+    if items > ITEMS_LIMIT:
+        return (f"slot_mapping turned {items:,} tensor elements into Python numbers with .tolist(){stopped}, "
+                f"on {T} tokens: walking them one at a time (a list comprehension, a loop, map) is one "
+                "Python step per token, however cheap each step. Keep the data in tensors and gather "
+                "the whole batch at once with block_table[seq_idx, positions // block_size].")
+    if lines > LINES_LIMIT:
+        return (f"on {T} tokens slot_mapping ran more than {LINES_LIMIT} lines of Python in your file"
+                f"{stopped} ({lines:,} counted; the one gather is a line or three): a loop of some kind "
+                "(for, while, a list comprehension, map over a lambda) steps through the tokens. Gather "
+                "the whole batch at once with block_table[seq_idx, positions // block_size].")
+    if objects > OBJECTS_LIMIT:
+        return (f"slot_mapping held {objects:,} Python objects at once{stopped} on {T} tokens "
+                "(the one gather holds a handful): a list of a Python number per token (.tolist() of a "
+                "tensor or a numpy array, walked with map, zip or a comprehension) is one Python step per "
+                "token, however it is written. Keep the data in tensors and gather the whole batch at once "
+                "with block_table[seq_idx, positions // block_size].")
+    if alloc > ALLOC_FACTOR * input_bytes:
+        return (f"slot_mapping allocated a tensor of {alloc / 2**20:,.0f} MiB on {T} tokens, "
+                f"{alloc / input_bytes:.0f} times the {input_bytes / 2**20:.1f} MiB of its three inputs: "
+                f"a T x blocks intermediate ({T} x {SPEED_W} entries here; block_table[seq_idx] is every "
+                "token's whole row of the table) built before one entry per token is picked. Index "
+                "both dimensions at once: block_table[seq_idx, positions // block_size].")
+    return None
+
+
+def test_two_million_tokens_as_fast_as_one_gather(submission, shared, rng, device, record_property):
+    """Two million tokens are mapped by vectorised work: no Python step per token, no T x blocks intermediate"""
     table = torch.randperm(SPEED_S * SPEED_W + 1000, generator=rng)[: SPEED_S * SPEED_W]
     table = table.view(SPEED_S, SPEED_W).int()
     si_cpu, pos_cpu = _speed_batch(rng)
     small = random_batch(rng, num_seqs=2, width=4, block_size=SPEED_BS, num_blocks=8,
                          new_tokens=lambda s: 2, shuffle=False)
-    # On the CPU the two times matched (see _trusted_gather), so no reference worker is started for
-    # this alone; on a GPU the reference's own gather is the comparison where it is installed.
-    # Asked for here rather than as an argument, which would skip the test where the grader ships
-    # without it (the default Gradescope zip): that is the trusted process's finding, from whether
-    # the reference's file is there, and nothing a submission does can bring it about.
-    reference = None
-    if device.type == "cuda":
-        try:
-            reference = request.getfixturevalue("reference")
-        except pytest.skip.Exception:
-            pass
-    if reference is None:
-        baseline, table_on_device = "a trusted gather", table.to(device)
+    # The clock is a backstop only, so the baseline is a gather in this trusted process wherever the
+    # grading runs: no reference worker is needed, and nothing a submission does brings one about.
+    table_on_device = table.to(device)
+    slowdown = _slowdown()
 
-        def time_baseline(si, pos):
-            return _trusted_gather(table_on_device, si.to(device), pos.to(device), device)
-    else:
-        # Its first call pays for the worker's start and imports: not what is timed. Both sides
-        # then make the same calls on the same inputs, each in its own shared memory.
-        _slots(reference, small, device, record_property)
-        baseline, ref_inputs = "the reference", _speed_inputs(reference, table, si_cpu, pos_cpu, device)
-
-        def time_baseline(si, pos):
-            return _timed(reference, _refill(ref_inputs, si, pos))[0]
-    _slots(submission, small, device, record_property)
+    def time_baseline(si, pos):
+        return _trusted_gather(table_on_device, si.to(device), pos.to(device), device)
+    time_baseline = _slowed("baseline", time_baseline)
+    time_submission = _slowed("submission", _timed)
+    _slots(submission, small, device, record_property)     # its first call: imports, no count
     inputs = _speed_inputs(submission, table, si_cpu, pos_cpu, device)    # `shared` frees them
+    input_bytes = sum(t.numel() * t.element_size() for t in inputs[:3])
+    figures: dict = {f"slowdown_{side}": how[1] for side, how in slowdown.items()}
+    submission.count_work = {"ops": OPS_LIMIT, "lines": LINES_LIMIT, "items": ITEMS_LIMIT,
+                             "python_objects": OBJECTS_LIMIT, "max_alloc_bytes": ALLOC_FACTOR * input_bytes}
     try:
         t_refs, tooks = [time_baseline(si_cpu, pos_cpu)], []
-        for turn in range(ROUNDS):
+        for turn in range(TURNS):
             if turn:
                 si_cpu, pos_cpu = _speed_batch(rng)
                 _refill(inputs, si_cpu, pos_cpu)
             t_refs.append(time_baseline(si_cpu, pos_cpu))
-            took, result, err = _timed(submission, inputs)
+            took, result, err = time_submission(submission, inputs)
+            counted = submission.last_counted
             tooks.append(took)
-            if err is None:
-                assert isinstance(result, torch.Tensor) and torch.equal(
-                    result.cpu().long(), expected_slots(Batch(table, si_cpu, pos_cpu, SPEED_BS))), (
-                    "wrong slots on a large batch: slot = block_table[seq, pos // block_size] * block_size "
-                    "+ pos % block_size, per token.")
-            t_ref, took = min(t_refs), min(tooks)
-            limit = SPEED_FACTOR * t_ref + SPEED_SLACK_S
-            if err is not None or took <= limit or tooks[-1] > LOOP_S:
+            t_ref = min(t_refs)
+            limit = BACKSTOP_FACTOR * t_ref + BACKSTOP_S
+            if counted is not None:
+                figures.update({k: float(counted[k]) for k in ("ops", "lines", "items", "python_objects")},
+                               max_alloc_mib=round(counted["max_alloc_bytes"] / 2**20, 1))
+            figures.update(took_s=round(min(tooks), 4), baseline_s=round(t_ref, 4), limit_s=round(limit, 4),
+                           rounds=float(len(tooks)))
+            record_property("figures", dict(figures))
+            record_property("detail", f"counted {counted}, {input_bytes:,} bytes of inputs")
+            mistake = _counted_mistake(counted, input_bytes) if counted is not None else None
+            if mistake is not None:
+                fail(mistake)
+            if counted is None or not counted["intact"]:
+                fail("the count of slot_mapping's work was switched off while it ran (sys.settrace, "
+                     "PyTorch's dispatch mode or Tensor.tolist replaced), so the grader could not see "
+                     "whether it is vectorised. Leave the interpreter's hooks alone and gather the whole "
+                     "batch at once with block_table[seq_idx, positions // block_size].")
+            if err is not None:
+                record_property("detail", f"raised {raised_type(err)}: {raised_message(err, 1000)}")
+                fail(error_hint("slot_mapping", err))
+            assert isinstance(result, torch.Tensor) and torch.equal(
+                result.cpu().long(), expected_slots(Batch(table, si_cpu, pos_cpu, SPEED_BS))), (
+                "wrong slots on a large batch: slot = block_table[seq, pos // block_size] * block_size "
+                "+ pos % block_size, per token.")
+            if min(tooks) <= limit:
                 break
     finally:
-        if reference is not None:
-            reference.exchange.release()
-    record_property("figures", {"took_s": round(took, 4), "baseline_s": round(t_ref, 4),
-                                "limit_s": round(limit, 4), "rounds": float(len(tooks))})
-    record_property("detail", f"took {took:.3f}s, {baseline} {t_ref:.3f}s, limit {limit:.3f}s")
-    if err is not None:
-        record_property("detail", f"raised {raised_type(err)}: {raised_message(err, 1000)}")
-        fail(error_hint("slot_mapping", err))
-    if took > limit:
-        fail(f"slot_mapping took {took:.2f} s for two million tokens, over {SPEED_FACTOR}x the "
-             f"{t_ref:.2f} s of one vectorised gather on the same input: "
-             + _why_slow(submission, table, si_cpu, pos_cpu, device, took, record_property)
-             + " Gather the whole batch at once with block_table[seq_idx, positions // block_size].")
-
-
-def _why_slow(submission, table, si_cpu, pos_cpu, device, took, record_property) -> str:
-    """The cause of a slow slot_mapping as far as its time on a narrower table tells it."""
-    if took > DIAGNOSE_MAX_S:
-        return ("this is the time of one Python step per token, a loop of some kind (for, a list "
-                "comprehension over .tolist(), map); a guess from the time alone.")
-    narrow = table[:, :NARROW_W].contiguous()
-    inputs = _speed_inputs(submission, narrow, si_cpu, pos_cpu % (NARROW_W * SPEED_BS), device)
-    t_narrow, _, err = _timed(submission, inputs)
-    record_property("detail", f"took {took:.3f}s on a table {SPEED_W} blocks wide, {t_narrow:.3f}s on "
-                              f"{NARROW_W} blocks")
-    if err is None and t_narrow < WIDTH_BOUND * took:
-        return (f"on a table {SPEED_W // NARROW_W} times narrower it took {t_narrow:.2f} s, so the time "
-                "grows with the block table's width: the code builds a T x blocks intermediate "
-                f"({SPEED_T:,} x {SPEED_W} entries here; block_table[seq_idx] is every token's whole "
-                "row of the table) before it picks one entry per token.")
-    return (f"on a table {SPEED_W // NARROW_W} times narrower it took about as long ({t_narrow:.2f} s), "
-            "so the time goes per token, not per table entry: most likely a Python loop of some kind "
-            "(for, a list comprehension over .tolist(), map); a guess from the timing.")
+        submission.count_work = None
+    record_property("detail", f"took {min(tooks):.3f}s, a trusted gather {t_ref:.3f}s, limit {limit:.3f}s")
+    if min(tooks) > limit:
+        fail(f"slot_mapping took {min(tooks):.1f} s for {SPEED_T:,} tokens at best of {len(tooks)} calls, "
+             f"over the limit of {BACKSTOP_FACTOR}x the {t_ref:.2f} s of one vectorised gather plus "
+             f"{BACKSTOP_S:g} s, with {_machine_load()}. Its counted work looked vectorised "
+             f"({counted['ops']} calls into PyTorch, {counted['lines']} lines of your file), so the time "
+             "is the only evidence: work the count does not see (a thread of its own, a loop in C "
+             "over numpy's elements) is still one step per token. Gather the whole batch at once "
+             "with block_table[seq_idx, positions // block_size].")
