@@ -3,7 +3,7 @@ figures in docs/performance.md ("Gradings a minute"), in parts of under ten minu
 
     python bench/h200_checks.py first  [--out DIR]   # a fresh machine's first gradings, one at a time
     python bench/h200_checks.py rate   [--copies 24] [--jobs N] [--out DIR]
-    python bench/h200_checks.py matrix [--jobs N] [--out DIR]   # validate over the whole corpus
+    python bench/h200_checks.py matrix [--jobs N] [--only NAME ...] [--out DIR]   # validate over the corpus
 
 first:  the reference graded cold twice, alone, with the GPU's memory sampled every 50 ms
         (NVML): wall time, the report's phases, and the peak memory above the idle GPU.
@@ -167,6 +167,7 @@ def part_rate(args, out: Path) -> dict:
 def part_matrix(args, out: Path) -> dict:
     cmd = [sys.executable, "-m", "grader", "validate", "--device", "cuda", "--out", str(out / "matrix-validate.json")]
     cmd += ["--jobs", str(args.jobs)] if args.jobs else []
+    cmd += ["--only", *args.only] if args.only else []
     with MemorySampler() as memory:
         t = time.monotonic()
         run = bounded(cmd, args.deadline, out / "matrix.log")
@@ -186,6 +187,7 @@ def main() -> int:
     ap.add_argument("--copies", type=int, default=24)
     ap.add_argument("--jobs", type=int, help="gradings at once (default: grade-all's and validate's own)")
     ap.add_argument("--out", default="build/h200")
+    ap.add_argument("--only", nargs="+", help="matrix: only these corpus entries (as validate --only)")
     ap.add_argument("--deadline", type=float, default=540, help="seconds the part's command may take")
     args = ap.parse_args()
     out = Path(args.out)
