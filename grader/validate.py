@@ -614,7 +614,8 @@ def _validate(args, mutants: Path) -> int:
         return 2
     out = Path(args.out)
     cols = columns(assignment, device)
-    jobs = default_jobs(device, assignment.grading_gpu_bytes) if args.jobs is None else args.jobs
+    # One entry of a --jobs run (it has a reports folder) is graded here, one at a time.
+    jobs = 1 if args.reports_dir else default_jobs(device, assignment.grading_gpu_bytes) if args.jobs is None else args.jobs
     if jobs < 1:
         print("grader validate: --jobs must be at least 1", file=sys.stderr)
         return 2
