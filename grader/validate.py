@@ -149,17 +149,17 @@ BUDGET_TIMES = 3       # an entry's area may cost this many times the reference'
 
 
 def area_seconds(report: dict, *, without_timeouts: bool = False) -> dict[str, float]:
-    """Area -> wall seconds of its tests; `without_timeouts` leaves out tests that ended at a
-    call's timeout, whose cost the timeout bounds (and overlong_tests checks)."""
-    seconds: dict[str, float] = {}
-    for t in report.get("tests", []):
-        detail = report_reader.test_detail(t)
-        d, area = detail.get("duration_s", 0), (t.get("tags") or [None])[0]
-        if not isinstance(d, (int, float)) or not isinstance(area, str):
-            continue
-        if without_timeouts and detail.get("outcome") == "timeout":
-            continue
-        seconds[area] = seconds.get(area, 0.0) + d
+    """Area -> wall seconds, as the report counts them (a session fixture's time in the area it
+    was charged to); `without_timeouts` leaves out tests that ended at a call's timeout, whose
+    cost the timeout bounds (and overlong_tests checks)."""
+    seconds = {name: float(a.get("seconds") or 0.0) for name, a in report_reader.areas(report).items()
+               if isinstance(a, dict) and isinstance(a.get("seconds"), (int, float))}
+    if without_timeouts:
+        for t in report.get("tests", []):
+            detail = report_reader.test_detail(t)
+            d, area = detail.get("duration_s", 0), (t.get("tags") or [None])[0]
+            if detail.get("outcome") == "timeout" and isinstance(d, (int, float)) and area in seconds:
+                seconds[area] = max(0.0, seconds[area] - d)
     return seconds
 
 
