@@ -72,13 +72,13 @@ def l1_host():
 
 
 @pytest.mark.slow
-def test_hostile_gradings_leave_nothing_for_the_next_in_the_same_host(tmp_path, l1_host):
+def test_hostile_gradings_leave_nothing_for_the_next_in_the_same_host(tmp_path, l1_host, cold_reference):
     """The reference graded in a host right after a daemon forger and a parent killer, by the
     worker the host started while the parent killer was graded (its spare), gets the verdicts a
     cold grading of the reference gets with the same seed, and nothing of theirs (a process of
     their uid) outlives their grading."""
     host, device = l1_host
-    cold = _grade(L1, L1.reference, tmp_path / "cold.json", device, None)
+    cold = cold_reference(SEED)
     assert _how(cold) == {"warm": False}
     for name in ("detached_rewriter", "kill_parent"):
         hostile = _grade(L1, _handed_in(tmp_path, CORPUS / "adversarial" / f"{name}.py", L1), tmp_path / f"{name}.json",
