@@ -145,7 +145,12 @@ def test_a_grading_that_goes_away_takes_the_host_down_with_its_workers(tmp_path)
         assert descendants(first_host), (f"no worker in the host after 180 s (host exit {host.proc.poll()}, "
                                          f"grading exit {proc.poll()}, host threads {_states(first_host)}):\n"
                                          f"{host.log_tail()}")
-        time.sleep(2)
+        # The hanging call is under way: its worker has begun filling its folder.
+        hang_deadline = time.monotonic() + 180
+        while not any(Path(f).name.startswith("busy-") for f in _grading_folders(proc.pid)):
+            assert time.monotonic() < hang_deadline and proc.poll() is None, (
+                f"the hanging call did not start within 180 s (grading exit {proc.poll()}):\n{host.log_tail()}")
+            time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGTERM)      # as grade-all stops a grading past its time
         proc.wait(timeout=60)
         host.proc.wait(timeout=30)
