@@ -43,14 +43,27 @@ venv: $(VENV)/.runtime
 grade: $(VENV)/.runtime
 	$(PY) -m grader grade --assignment $(ASSIGNMENT) --submission $(SUBMISSION) --report $(REPORT) --device $(DEVICE)
 
+# `make test`: ruff; the whole kill matrix once (every corpus entry graded, two at once), stamped
+# with the files it was graded from (tools/matrix_stamp.py) so that the tests needing a corpus
+# entry's grading read it instead of grading it again; then the tests on both cores, and the few
+# that must have the machine to themselves (marked `serial`) after them. Every step runs even when
+# one before it failed, and the target fails if any did.
+TEST_JOBS ?= 2
+MATRIX    ?= build/validate.json
 test: $(VENV)/.dev
 	$(PY) -m ruff check .
-	$(PY) -m pytest tests/grader tests/assignment -q --durations=15
-	$(PY) -m grader validate --assignment $(ASSIGNMENT) --fast --out build/validate-fast.json
+	@mkdir -p build; rc=0; \
+	$(PY) tools/matrix_stamp.py run $(MATRIX) -- $(PY) -m grader validate --assignment $(ASSIGNMENT) \
+	  --jobs $(TEST_JOBS) --out $(MATRIX) || rc=1; \
+	$(PY) -m pytest tests/grader tests/assignment -q -n $(TEST_JOBS) --dist loadgroup -m "not serial" \
+	  --durations=15 --junitxml=build/pytest-parallel.xml || rc=1; \
+	$(PY) -m pytest tests/grader tests/assignment -q -p no:xdist -m serial \
+	  --durations=15 --junitxml=build/pytest-serial.xml || rc=1; \
+	exit $$rc
 
 test-fast: $(VENV)/.dev
 	$(PY) -m ruff check .
-	$(PY) -m pytest tests/grader tests/assignment -q -m "not slow" --durations=5
+	$(PY) -m pytest tests/grader tests/assignment -q -n $(TEST_JOBS) --dist loadgroup -m "not slow" --durations=5
 
 template: $(VENV)/.nbgrader
 	$(PY) tools/make_template.py --assignment $(ASSIGNMENT)

@@ -124,7 +124,29 @@ def grade(assignment: Assignment, submission: Path, report_path: Path, device: s
     report = build(assignment, areas, results, submission=meta, environment=env, sandbox=sandbox,
                    phases=phases, instructor=instructor, problem=problem)
     write_atomically(report, report_path)
+    _count(assignment, meta, device)
     return Graded(report, areas, problem)
+
+
+COUNT_ENV = "GRADER_GRADINGS_LOG"
+
+
+def _count(assignment: Assignment, meta: dict, device: str) -> None:
+    """One line per grading in the file GRADER_GRADINGS_LOG names, where it is set: how the
+    project's own test runs count the gradings they make (one short O_APPEND write, whole
+    even with many graders at once)."""
+    path = os.environ.get(COUNT_ENV)
+    if not path:
+        return
+    line = f"{assignment.id} {meta['sha256'][:12]} {device} {os.getpid()}\n".encode()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 class Interrupted(Exception):

@@ -10,6 +10,15 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 ASSIGNMENT_DIR = REPO / "assignment" / "l1_paged_kv_write"
+if str(REPO / "tests" / "grader") not in sys.path:
+    sys.path.insert(0, str(REPO / "tests" / "grader"))
+import shared_gradings  # noqa: E402  (the gradings tests/grader shares: the kill matrix, one per run)
+
+
+@pytest.fixture(scope="session")
+def corpus_matrix():
+    """corpus_matrix(labels): the kill matrix's rows for those corpus entries (tests/grader/shared_gradings.py)."""
+    return shared_gradings.corpus_rows
 
 
 @pytest.fixture(scope="session")

@@ -56,8 +56,9 @@ def test_find_reference_finds_nothing_it_can_use(planted_reference, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_reference_earns_full_marks_inside_the_allow_list(tmp_path):
-    report = _grade(REFERENCE, tmp_path / "r.json")
+def test_the_reference_earns_full_marks_inside_the_allow_list(corpus_matrix):
+    """The kill matrix's grading of the reference (make test's, or one made now)."""
+    report = corpus_matrix(["reference"]).report("reference")
     assert report["extra_data"]["sandbox"]["file_system"]["view"] == "allow-list"
     assert report["score"] == report["max_score"] > 0
     assert "log_tail" in report["extra_data"]["instructor"]["worker"]

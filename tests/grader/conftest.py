@@ -2,19 +2,25 @@ import json
 
 import pytest
 
+import shared_gradings
 from toy_reports import _toy_report
 
 collect_ignore = ["toy"]
 
 # Fixtures that grade for real: a test that uses one is slow (see pyproject's markers), so that
 # `make test-fast` leaves it out even where the fixture's cost would fall on it.
-GRADING_FIXTURES = {"toy_report", "graded", "page"}
+GRADING_FIXTURES = {"toy_report", "graded", "page", "corpus_matrix", "cold_reference"}
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
         if GRADING_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        serial = item.get_closest_marker("serial")
+        if serial is not None:
+            if not serial.kwargs.get("reason"):
+                raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.serial needs reason=: why it must run alone")
+            item.add_marker(pytest.mark.slow)        # make test-fast runs on both cores: no serial test in it
 
 
 @pytest.fixture(scope="session")
@@ -24,3 +30,17 @@ def toy_report(tmp_path_factory):
     def get(name: str) -> dict:
         return json.loads(_toy_report(name, str(out)))
     return get
+
+
+@pytest.fixture(scope="session")
+def corpus_matrix():
+    """corpus_matrix(labels) -> shared_gradings.Matrix with those corpus entries' rows: make test's
+    whole matrix when it is the current tree's, else those entries graded once for this session."""
+    return shared_gradings.corpus_rows
+
+
+@pytest.fixture(scope="session")
+def cold_reference(tmp_path_factory):
+    """cold_reference(seed) -> the L1 reference's report, graded cold with that seed, once per seed."""
+    out = tmp_path_factory.mktemp("cold-reference")
+    return lambda seed: shared_gradings.cold_reference(seed, out)

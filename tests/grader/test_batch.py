@@ -17,7 +17,7 @@ from grader.assignment import REPO
 from grader.batch import grade_all, publish
 from grader.cli import main
 from grader.course import Course, gradebook_url
-from grader.sandbox.processes import children_of
+from grader.sandbox.processes import descendants
 from toy_class import validate_report
 
 
@@ -221,21 +221,34 @@ def test_sigterm_stops_the_batch_keeping_no_partial_report(tmp_path):
     folder = tmp_path / "submitted" / "s1" / "toy_add"
     folder.mkdir(parents=True)
     shutil.copy(toy_class.SUBMISSIONS / "good.py", folder / "toy.py")
+    # Its own temporary folder: the slot's warm host has its socket there, so that the host is
+    # told from any other run's on this machine by its command line.
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "grader", "grade-all", "--course", str(tmp_path),
                              "--assignment", "tests/grader/toy", "--device", "cpu", "--no-gradebook"],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not children_of(proc.pid) and time.monotonic() < deadline:      # a grading has started
-        time.sleep(0.2)
-    time.sleep(2)
+                            cwd=REPO, env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert _wait_for_worker(proc.pid, 120), "no submission worker started under grade-all"   # a grading is under way
     proc.terminate()
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "run it again to resume" in err
     assert not list((tmp_path / "autograded").rglob("*.json*"))
     assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and str(tmp_path) in _cmdline(pid)]
     toy_host = "grader.warm_host\0--socket"
-    assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and toy_host in _cmdline(pid)
-                and str(toy_class.TOY.folder) in _cmdline(pid)], "the slot's warm host outlived the batch"
+    hosts = [pid for pid in os.listdir("/proc") if pid.isdigit() and toy_host in _cmdline(pid)
+             and str(toy_class.TOY.folder) in _cmdline(pid)]
+    assert not [pid for pid in hosts if str(tmp) in _cmdline(pid)], "the slot's warm host outlived the batch"
+
+
+def _wait_for_worker(root: int, timeout: float) -> bool:
+    """Wait until a submission worker (sandbox/worker.py for toy.py) runs under `root`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any("worker.py" in _cmdline(str(p)) and "toy.py" in _cmdline(str(p)) for p in descendants(root)):
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def _cmdline(pid: str) -> str:
@@ -315,11 +328,11 @@ def test_a_grading_stopped_by_a_signal_from_elsewhere_keeps_no_report(tmp_path):
         # its slot's warm host (grader/warm.py)
         graders = [int(pid) for pid in os.listdir("/proc") if pid.isdigit()
                    and "grader\0grade\0" in _cmdline(pid) and str(tmp_path) in _cmdline(pid)]
-        graders = graders if any("worker.py" in _cmdline(p) and "toy.py" in _cmdline(p)
-                                 for p in os.listdir("/proc") if p.isdigit()) else []
-        time.sleep(0.1)
+        # its worker, under this process (the grader's test process or the slot's warm host)
+        graders = graders if any("worker.py" in _cmdline(str(p)) and "toy.py" in _cmdline(str(p))
+                                 for p in descendants(os.getpid())) else []
+        time.sleep(0.05)
     assert graders, "the grading did not start"
-    time.sleep(1)
     os.kill(graders[0], signal.SIGTERM)
     batch_thread.join(timeout=120)
     (row,) = done[0].rows
@@ -390,6 +403,7 @@ def _names(folder: Path, prefix: str = "") -> set[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.serial(reason="compares /dev/shm before and after: any other grading on the machine adds folders there")
 def test_a_run_killed_outright_leaves_nothing_a_rerun_does_not_remove(tmp_path, monkeypatch):
     """kill -9 of grade-all's process group mid-class: the grading in flight and its slot's
     host end with it, and after the next run the temporary directory and /dev/shm hold what
@@ -428,7 +442,7 @@ def test_a_run_killed_outright_leaves_nothing_a_rerun_does_not_remove(tmp_path, 
         dead_host = marker["host"]
         dead_folders = _names(tmp) - before_tmp - live_folders
         assert dead_folders and leftovers.is_alive(dead_host)
-        time.sleep(2)                                    # the hanging file's session is under way
+        assert _wait_for_worker(run.pid, 120), "the hanging file's session did not start"
         os.killpg(run.pid, signal.SIGKILL)
         run.communicate(timeout=60)
         deadline = time.monotonic() + 30

@@ -52,6 +52,7 @@ def test_without_it_the_same_daemon_holds_the_read_open(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("postgres")   # stops the one server that test_service_restart's databases are on
 def test_postgres_local_returns_when_it_starts_the_server():
     """The real script from a stopped server, read as .ci/run reads it: only the URL, promptly."""
     url = os.environ.get(PG_ENV)

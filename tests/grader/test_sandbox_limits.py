@@ -345,7 +345,8 @@ def test_an_unprivileged_grader_gets_the_namespaces_through_a_user_namespace():
     repo = Path(__file__).resolve().parents[2]
     code = (f"import sys; sys.path.insert(0, {str(repo)!r}); from grader.sandbox import isolate; "
             "ok, why = isolate.available(); print(ok, why)")
-    uid = 61999
+    from grader.sandbox.confine import UID_RANGE
+    uid = UID_RANGE.stop + 999        # outside the workers' pool: no grading running beside it takes it
     run = subprocess.run([sys.executable, "-s", "-c", code], user=uid, group=uid, extra_groups=[],
                          capture_output=True, text=True, cwd="/", env={"PATH": os.environ["PATH"]})
     assert run.stdout.startswith("True"), run.stdout + run.stderr[-2000:]

@@ -23,7 +23,8 @@ QUOTA = 3
 def served(tmp_path_factory):
     course = tmp_path_factory.mktemp("service") / "course"
     course.mkdir()
-    toks = svc.tokens(course, "--add", "alice", "bob", "carol", "dave", "erin", "frank")
+    # A student of its own per test that counts a student's submissions: any order of the tests holds.
+    toks = svc.tokens(course, "--add", "alice", "bob", "carol", "dave", "erin", "frank", "gina")
     toks.update(svc.tokens(course, "--instructor"))
     server = svc.start(course, "--jobs", "2", "--checks-per-hour", str(QUOTA))
     yield server, toks
@@ -76,7 +77,7 @@ def test_a_check_scores_what_grade_scores(served, tmp_path):
 
 def test_bad_uploads_get_a_status_and_a_sentence(served):
     server, toks = served
-    token = toks["bob"]
+    token = toks["gina"]
     cases = [
         (server.submit(token, b""), 400, "empty"),
         (server.request("POST", "/api/submissions?kind=final", token, GOOD), 400, "kind must be"),
@@ -119,11 +120,13 @@ def test_a_missing_wrong_or_revoked_token_is_refused(served):
 
 @pytest.mark.slow
 def test_one_student_never_sees_another_students_submissions(served):
+    """With a submission of each student's own, sent here: the test does not lean on another's."""
     server, toks = served
+    theirs = server.submit(toks["alice"], svc.unique(NO_ECHO, "alice's own")).body["id"]
     mine = server.submit(toks["bob"], svc.unique(GOOD, "bob")).body["id"]
     server.wait(toks["bob"], mine)
     alices = [s["id"] for s in server.request("GET", "/api/submissions", toks["alice"]).body]
-    assert alices and mine not in alices
+    assert theirs in alices and mine not in alices
     for other in alices:
         answer = server.request("GET", f"/api/submissions/{other}", toks["bob"])
         assert answer.status == 404 and answer.body == {"error": "no such submission"}
@@ -193,16 +196,20 @@ def test_a_hand_in_is_filed_where_grade_all_reads_it(served):
 
 
 @pytest.mark.slow
+@pytest.mark.serial(reason="measures status latency (p99 < 200 ms): a test on the other core would be measured with it")
 def test_status_requests_stay_fast_while_gradings_run(served):
     server, toks = served
     ids = [server.submit(toks["erin"], svc.unique(GOOD, f"erin {i}")).body["id"] for i in range(2)]
     times = []
+    deadline = time.monotonic() + 300          # two toy gradings, one after the other: seconds each
     while True:
         t0 = time.perf_counter()
         got = server.request("GET", f"/api/submissions/{ids[-1]}", toks["erin"])
         times.append(time.perf_counter() - t0)
-        if got.body["status"] == "done":
+        if got.body["status"] in ("done", "error"):
             break
+        assert time.monotonic() < deadline, f"submission {ids[-1]} not graded within 300 s:\n{server.log_text()[-3000:]}"
         time.sleep(0.02)
+    assert got.body["status"] == "done", got.body
     times.sort()
     assert len(times) > 20 and times[int(len(times) * 0.99)] < 0.2, times[-5:]

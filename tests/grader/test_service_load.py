@@ -23,6 +23,7 @@ SOURCES = {0: ((svc.TOY / "submissions/good.py").read_bytes(), 90.0),
 
 
 @pytest.mark.slow
+@pytest.mark.serial(reason="measures status latency (p99 < 200 ms): a test on the other core would be measured with it")
 def test_fifty_students_four_checks_each(tmp_path):
     course = tmp_path / "course"
     course.mkdir()
@@ -34,6 +35,7 @@ def test_fifty_students_four_checks_each(tmp_path):
     accepted: list[tuple[str, int]] = []
     lock = threading.Lock()
     stop = threading.Event()
+    refused: list[tuple[int, int, object]] = []     # status requests not answered 200: failed below
 
     def student(i: int) -> None:
         name = names[i]
@@ -57,9 +59,10 @@ def test_fifty_students_four_checks_each(tmp_path):
             t0 = time.perf_counter()
             answer = server.request("GET", f"/api/submissions/{pick[1]}", toks[pick[0]])
             elapsed = time.perf_counter() - t0
-            assert answer.status == 200
             with lock:
                 latencies.append(elapsed)
+                if answer.status != 200:
+                    refused.append((pick[1], answer.status, answer.body))
             time.sleep(0.02)
 
     pollers = [threading.Thread(target=poll) for _ in range(2)]
@@ -78,6 +81,7 @@ def test_fifty_students_four_checks_each(tmp_path):
             p.join()
         server.stop()
 
+    assert not refused, f"{len(refused)} status requests not answered 200, the first: {refused[0]}"
     assert sending_s < 60, f"sending took {sending_s:.0f} s"
     for name, answers in sent.items():
         statuses = [a.status for _, a in answers]

@@ -25,7 +25,8 @@ from grader.course import Course
 TOY = str(REPO / "tests/grader/toy")
 L1 = Assignment.load(REPO / "assignment/l1_paged_kv_write")
 # A task left pending (a busy node) fails its test instead of holding CI up.
-pytestmark = pytest.mark.timeout(300)
+# The one-node cluster is one for the machine: its tests take their turns in one xdist worker.
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("slurm")]
 # One core a task: the one-node cluster has two, and a toy grading needs little.
 CLI = ["--assignment", TOY, "--executor", "slurm", "--device", "cpu", "--cpus-per-task", "1", "--no-progress"]
 

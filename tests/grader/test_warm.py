@@ -72,13 +72,13 @@ def l1_host():
 
 
 @pytest.mark.slow
-def test_hostile_gradings_leave_nothing_for_the_next_in_the_same_host(tmp_path, l1_host):
+def test_hostile_gradings_leave_nothing_for_the_next_in_the_same_host(tmp_path, l1_host, cold_reference):
     """The reference graded in a host right after a daemon forger and a parent killer, by the
     worker the host started while the parent killer was graded (its spare), gets the verdicts a
     cold grading of the reference gets with the same seed, and nothing of theirs (a process of
     their uid) outlives their grading."""
     host, device = l1_host
-    cold = _grade(L1, L1.reference, tmp_path / "cold.json", device, None)
+    cold = cold_reference(SEED)
     assert _how(cold) == {"warm": False}
     for name in ("detached_rewriter", "kill_parent"):
         hostile = _grade(L1, _handed_in(tmp_path, CORPUS / "adversarial" / f"{name}.py", L1), tmp_path / f"{name}.json",
@@ -145,7 +145,12 @@ def test_a_grading_that_goes_away_takes_the_host_down_with_its_workers(tmp_path)
         assert descendants(first_host), (f"no worker in the host after 180 s (host exit {host.proc.poll()}, "
                                          f"grading exit {proc.poll()}, host threads {_states(first_host)}):\n"
                                          f"{host.log_tail()}")
-        time.sleep(2)
+        # The hanging call is under way: its worker has begun filling its folder.
+        hang_deadline = time.monotonic() + 180
+        while not any(Path(f).name.startswith("busy-") for f in _grading_folders(proc.pid)):
+            assert time.monotonic() < hang_deadline and proc.poll() is None, (
+                f"the hanging call did not start within 180 s (grading exit {proc.poll()}):\n{host.log_tail()}")
+            time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGTERM)      # as grade-all stops a grading past its time
         proc.wait(timeout=60)
         host.proc.wait(timeout=30)
