@@ -35,6 +35,7 @@ from bench.busy_gpu import time_went, verdict  # noqa: E402
 from grader import report_reader  # noqa: E402
 from grader.assignment import Assignment  # noqa: E402
 from grader.course import Course  # noqa: E402
+from grader.validate import area_seconds  # noqa: E402
 
 REFERENCE = ROOT / "reference" / "l1_paged_kv_write.py"
 
@@ -88,10 +89,6 @@ def bounded(cmd: list[str], deadline_s: float, log: Path) -> subprocess.Complete
     return subprocess.CompletedProcess(cmd, code, stdout=text, stderr="")
 
 
-def area_seconds(report: dict) -> dict[str, float]:
-    return {name: a.get("seconds", 0.0) for name, a in report_reader.areas(report).items()}
-
-
 def part_first(args, out: Path) -> dict:
     found = {"gradings": []}
     for i in range(2):
@@ -105,7 +102,7 @@ def part_first(args, out: Path) -> dict:
         report = report_reader.read_or_none(report_path) or {}
         ok, line = verdict(report)
         row = {"run": i, "ok": ok, "result": line, "wall_s": round(wall, 1), "peak_gib": memory.peak_gib,
-               "phases": report_reader._extra(report, "phases") if report else {}, "areas_s": area_seconds(report)}
+               "phases": report_reader.phases(report) if report else {}, "areas_s": area_seconds(report)}
         found["gradings"].append(row)
         print(f"cold grading {i}: {'ok ' if ok else 'BAD'} {line}; wall {wall:.1f} s; peak {memory.peak_gib} GiB",
               flush=True)

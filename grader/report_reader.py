@@ -82,6 +82,11 @@ def sandbox(report: dict) -> dict:
     return _extra(report, "sandbox")
 
 
+def phases(report: dict) -> dict:
+    """Where the grading's time went: startup_s, suites_s, total_s."""
+    return _extra(report, "phases")
+
+
 def areas(report: dict) -> dict[str, dict]:
     """Area name -> {points, graded, score, passed, total, gated_by, note, seconds}."""
     return _extra(report, "areas")
