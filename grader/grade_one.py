@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -106,7 +105,7 @@ def grade(assignment: Assignment, submission: Path, report_path: Path, device: s
     results: list[TestResult] = []
     sandbox: dict = {}
     if problem is None:
-        copy = Path(tempfile.mkdtemp(prefix="grader-submission-"))    # 0700: the grader's alone
+        copy = leftovers.private_folder()
         try:
             # Under the assignment's file name, as Python reads it (no BOM, LF line ends): the
             # worker imports the module by that name, and the suites read the source as text.
@@ -207,7 +206,7 @@ def _pytest(spec_path: Path, quiet: bool) -> tuple[int, str]:
 
 def _collect_only(assignment: Assignment, problem: str) -> list[TestResult]:
     """The tests a run would have had, each failed with the same reason."""
-    state = Path(tempfile.mkdtemp(prefix="grader-"))
+    state = leftovers.private_folder()
     try:
         spec = SessionSpec(assignment=assignment.folder, submission=assignment.reference, device="cpu", seed=0,
                            state=state, drop_privileges=False, collect_only=True)
@@ -220,7 +219,7 @@ def _collect_only(assignment: Assignment, problem: str) -> list[TestResult]:
 
 def _run_suites(assignment, submission, device, seed, drop_privileges, instructor, quiet, env, protect=(),
                 host=None):
-    state = Path(tempfile.mkdtemp(prefix="grader-"))   # 0700: no worker reads or writes it
+    state = leftovers.private_folder()
     roots = leftovers.grading_roots()
     try:
         spec = SessionSpec(assignment=assignment.folder, submission=submission.resolve(), device=device, seed=seed,

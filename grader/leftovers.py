@@ -110,6 +110,15 @@ def grading_roots() -> dict[str, Path]:
     return roots
 
 
+def private_folder() -> Path:
+    """A folder of the grading process's own (mode 0700: no worker reads it), such as its state
+    records or its copy of the submission, marked like the work roots so that the next run
+    removes it if this one was killed outright."""
+    folder = Path(tempfile.mkdtemp(prefix=GRADING_PREFIX))
+    write_owner(folder, host=None)
+    return folder
+
+
 def _work_folder(path: Path) -> Path:
     """Mode 0711: each worker reaches only the folder it is handed inside."""
     path.chmod(0o711)

@@ -477,6 +477,8 @@ def test_the_sweep_removes_the_work_roots_of_a_grading_killed_outright(tmp_path,
     monkeypatch.setattr("grader.sandbox.proxy.shared_tensor_root", lambda: str(shm))
     live = leftovers.grading_roots()
     dead = leftovers.grading_roots()
+    live["state"], dead["state"] = leftovers.private_folder(), leftovers.private_folder()
+    assert (live["state"].stat().st_mode & 0o777) == 0o700, "a grading's own records are no worker's to read"
     gone = subprocess.Popen(["sleep", "0"])
     gone_identity = leftovers.identity(gone.pid)
     gone.wait()
@@ -488,7 +490,7 @@ def test_the_sweep_removes_the_work_roots_of_a_grading_killed_outright(tmp_path,
     removed = leftovers.sweep_grading_folders(str(shm))
     assert sorted(removed) == sorted(str(f) for f in dead.values())
     assert all(f.is_dir() for f in live.values()) and unmarked.is_dir()
-    assert live["scratch_root"].parent == tmp and live["exchange_root"].parent == shm
+    assert live["scratch_root"].parent == tmp and live["exchange_root"].parent == shm and live["state"].parent == tmp
 
 
 def test_the_sweep_removes_a_dead_runs_host_folders_and_keeps_a_live_ones(tmp_path, monkeypatch):
