@@ -54,7 +54,12 @@ def test_the_reference_keeps_full_marks_beside_two_cpu_hogs(tmp_path):
     assert figures["ops"] <= 10 and figures["items"] == 0      # judged by its count, which load cannot move
 
 
-SLOWDOWNS = ["submission:x5", "submission:stall=0.2", "baseline:x5"]
+# Each slowdown grades only the entries whose verdict it could move. A slower submission side can
+# only make a file look slower, so it is tried on the files that must keep their points; a slower
+# baseline can only loosen the clock's limit, so it is tried on the files that must lose theirs.
+RIGHT = ["reference", "right/jit_call_alias"]
+WRONG = [f"wrong/{name}" for name in SLOT_MAPPING_WRONG]
+SLOWDOWNS = {"submission:x5": RIGHT, "submission:stall=0.2": RIGHT, "baseline:x5": WRONG}
 
 
 @pytest.mark.slow
@@ -63,7 +68,7 @@ SLOWDOWNS = ["submission:x5", "submission:stall=0.2", "baseline:x5"]
 def test_a_slowed_side_of_the_timing_moves_no_verdict(slowdown, tmp_path):
     assert {"slot_mapping_python_loop", "slot_mapping_tolist_comprehension", "slot_mapping_loop_memoised",
             "slot_mapping_row_gather"} <= set(SLOT_MAPPING_WRONG)
-    only = ["reference", "right/jit_call_alias", *(f"wrong/{name}" for name in SLOT_MAPPING_WRONG)]
+    only = SLOWDOWNS[slowdown]
     out = _grader("validate", "--device", "cpu", "--jobs", "2", "--only", *only, "--out", str(tmp_path / "m.json"),
                   env={"GRADER_TEST_SLOWDOWN": slowdown}, timeout=1100)
     matrix = json.loads((tmp_path / "m.json").read_text())
@@ -71,13 +76,15 @@ def test_a_slowed_side_of_the_timing_moves_no_verdict(slowdown, tmp_path):
     assert sorted(rows) == sorted(only), out.stdout[-2000:]
     side, _, how = slowdown.partition(":")
     amount = float(how[1:] if how.startswith("x") else how.split("=")[1])
-    for name in ("reference", "right/jit_call_alias"):
+    for name in only:
         report = json.loads((REPO / rows[name]["report"]).read_text())
-        assert report["score"] == report["max_score"] > 0, (name, _lost(report))
-        # the slowdown was in force: the test says so in its figures
-        assert _speed_test(report)["extra_data"]["figures"][f"slowdown_{side}"] == amount
-    for name in SLOT_MAPPING_WRONG:
-        assert rows[f"wrong/{name}"]["passed"]["slot_mapping"] is False, name
+        # the slowdown was in force: the test says so in its figures (a file failing before the
+        # count, such as int32 slots, still records them)
+        assert _speed_test(report)["extra_data"]["figures"].get(f"slowdown_{side}") == amount, name
+        if name in RIGHT:
+            assert report["score"] == report["max_score"] > 0, (name, _lost(report))
+        else:
+            assert rows[name]["passed"]["slot_mapping"] is False, name
     assert out.returncode == 0 and matrix["ok"], out.stdout[-3000:]
 
 

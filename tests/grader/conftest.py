@@ -3,7 +3,7 @@ import json
 import pytest
 
 import shared_gradings
-from toy_reports import _toy_report
+from toy_reports import _toy_report, built_inputs_log
 
 collect_ignore = ["toy"]
 
@@ -29,6 +29,7 @@ def toy_report(tmp_path_factory):
 
     def get(name: str) -> dict:
         return json.loads(_toy_report(name, str(out)))
+    get.built_inputs = lambda name: built_inputs_log(name, str(out))
     return get
 
 

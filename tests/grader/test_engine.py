@@ -62,7 +62,11 @@ def test_after_an_import_failure_no_test_builds_its_inputs(toy_report):
     large = next(t for t in report["tests"] if "Tensors come back as plain tensors" in t["name"])
     assert large["extra_data"]["outcome"] == "failed"
     assert "failed to import" in large["output"] and "AssertionError" in large["output"]
-    assert large["extra_data"]["duration_s"] < 0.4, "the test's fixture ran after the import had failed"
+    toy_report("good")
+    assert toy_report.built_inputs("good").read_text().split() == ["test_echo_tensor"], \
+        "the costly fixture does not say when it runs: this test could not see it run"
+    log = toy_report.built_inputs("raises_at_import")
+    assert not log.exists(), f"the test's fixture ran after the import had failed: {log.read_text()}"
 
 
 def test_the_report_says_which_isolation_was_in_force(toy_report):

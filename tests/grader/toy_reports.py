@@ -34,11 +34,23 @@ def sandbox_processes(uid) -> list[int]:
     return found
 
 
+BUILT_INPUTS_LOG = "TOY_BUILT_INPUTS_LOG"        # tests/grader/toy/suite/test_toy.py notes its costly fixture there
+
+
 @lru_cache(maxsize=None)
 def _toy_report(name: str, out_dir: str) -> str:
     path = Path(out_dir) / f"{name}.json"
-    grade(TOY, REPO / "tests/grader/toy/submissions" / f"{name}.py", path, device="cpu", seed=1234, quiet=True)
+    os.environ[BUILT_INPUTS_LOG] = str(built_inputs_log(name, out_dir))
+    try:
+        grade(TOY, REPO / "tests/grader/toy/submissions" / f"{name}.py", path, device="cpu", seed=1234, quiet=True)
+    finally:
+        del os.environ[BUILT_INPUTS_LOG]
     return path.read_text()
+
+
+def built_inputs_log(name: str, out_dir: str) -> Path:
+    """Where the toy suite's costly fixture noted the tests it built inputs for, in `name`'s grading."""
+    return Path(out_dir) / f"{name}.inputs"
 
 
 def by_outcome(report: dict) -> dict[str, list[str]]:
