@@ -105,8 +105,10 @@ def grade(assignment: Assignment, submission: Path, report_path: Path, device: s
     results: list[TestResult] = []
     sandbox: dict = {}
     if problem is None:
-        copy = leftovers.private_folder()
+        copy = None
         try:
+            with leftovers.signals_held():
+                copy = leftovers.private_folder()
             # Under the assignment's file name, as Python reads it (no BOM, LF line ends): the
             # worker imports the module by that name, and the suites read the source as text.
             handed = copy / assignment.submission
@@ -114,7 +116,8 @@ def grade(assignment: Assignment, submission: Path, report_path: Path, device: s
             results, sandbox, problem = _run_suites(assignment, handed, device, seed, drop_privileges,
                                                     instructor, quiet, env, protect, host)
         finally:
-            shutil.rmtree(copy, ignore_errors=True)
+            if copy is not None:
+                shutil.rmtree(copy, ignore_errors=True)
     else:
         results = _collect_only(assignment, problem)
     phases["suites_s"] = time.monotonic() - t0 - phases["startup_s"]
@@ -219,16 +222,18 @@ def _collect_only(assignment: Assignment, problem: str) -> list[TestResult]:
 
 def _run_suites(assignment, submission, device, seed, drop_privileges, instructor, quiet, env, protect=(),
                 host=None):
-    state = leftovers.private_folder()
-    roots = leftovers.grading_roots()
+    state, roots = None, {}
     try:
+        with leftovers.signals_held():       # an interruption comes once both are in `finally`'s hands
+            state = leftovers.private_folder()
+            roots = leftovers.grading_roots()
         spec = SessionSpec(assignment=assignment.folder, submission=submission.resolve(), device=device, seed=seed,
                            state=state, drop_privileges=drop_privileges,
                            protect=tuple(Path(p).resolve() for p in protect), **roots)
         code, tail, how = _session(spec.write(), quiet, host)
         return read_state(state, assignment, code, tail, instructor, env, how)
     finally:
-        for folder in (state, *roots.values()):
+        for folder in filter(None, (state, *roots.values())):
             shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -15,6 +15,7 @@ counts as the one named only while both match.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -108,6 +109,19 @@ def grading_roots() -> dict[str, Path]:
     for folder in set(roots.values()):
         write_owner(folder, host=None)
     return roots
+
+
+@contextlib.contextmanager
+def signals_held():
+    """SIGTERM and SIGINT wait until the block ends: a folder made inside is handed to its
+    `finally` before an interruption can leave it unnamed (SIGKILL still cannot be held; the
+    next run's sweep removes what that leaves, by its marker)."""
+    held = {signal.SIGTERM, signal.SIGINT}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def private_folder() -> Path:
