@@ -80,6 +80,9 @@ async def post_submission(service: Service, request: Request) -> Response:
     if kind not in intake.KINDS:
         raise Refused(400, f"kind must be 'check' or 'hand-in' (?kind=check), not {kind!r}")
     data = await intake.read_body(request, intake.MAX_UPLOAD)
+    wrapped = intake.not_the_file(service.assignment.submission, request.headers.get("content-type"), data)
+    if wrapped is not None:
+        raise wrapped
     row = await run_in_threadpool(intake.submit, service, who, kind, data)
     return JSONResponse({"id": row["id"], "kind": row["kind"], "status": row["status"], "position": row["position"],
                          "late": row["late"]}, status_code=202)

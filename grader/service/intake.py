@@ -2,7 +2,8 @@
 what, when, and how much; then the submission is queued (and a hand-in filed in the course).
 
 Every refusal is a Refused(status, sentence): 400 malformed, 403 not allowed now, 413 too
-large, 415 not UTF-8 Python text, 429 over the hour's checks (with Retry-After).
+large, 415 not UTF-8 Python text or not the file at all (a form wrapped around it), 429 over
+the hour's checks (with Retry-After).
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from .tokens import Identity, Refused
 MAX_UPLOAD = 2**20          # far above a kernel file; a larger upload is refused
 DRAIN_LIMIT = 16 * 2**20    # an upload this large is read to its end before the refusal; a larger one is cut
 KINDS = ("check", "hand-in")
+# What curl -F (multipart) and curl -d (form-encoded: urllib's and curl's default for a body) send.
+FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
 
 
 @dataclass
@@ -96,6 +99,23 @@ async def read_body(request, limit: int) -> bytes:
     if size > limit:
         raise too_large()
     return b"".join(chunks)
+
+
+def not_the_file(submission: str, content_type: str | None, data: bytes) -> Refused | None:
+    """A form around the file rather than the file: graded as Python, the envelope would fail
+    the student and spend a check. A multipart body is known by its first part's header too,
+    whatever type the request claims."""
+    kind = (content_type or "").split(";", 1)[0].strip().lower()
+    head = data[:2048].lower()
+    envelope = data.startswith(b"--") and b"\ncontent-disposition: form-data" in head
+    if kind not in FORM_TYPES and not envelope:
+        return None
+    what = "a multipart form (curl -F)" if kind == "multipart/form-data" or envelope else \
+        "a form-encoded body (curl -d, or --data-binary without a Content-Type)"
+    return Refused(415, f"the upload is {what}, not the file: send the bytes of {submission} as the body, e.g. "
+                        f"curl --data-binary @{submission} -H 'Content-Type: text/x-python' -H 'Authorization: "
+                        f"Bearer TOKEN' 'URL/api/submissions?kind=check', or with the course's client: "
+                        f"make check, or python submit.py submit {submission}. Nothing was kept, and no check was spent")
 
 
 def too_large() -> Refused:

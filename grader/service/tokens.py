@@ -72,6 +72,11 @@ def revoke(store: Store, student: str | None) -> int:
         return c.execute(tokens.update().where(who, tokens.c.revoked_at.is_(None)).values(revoked_at=now())).rowcount
 
 
+def has_tokens(store: Store, student: str) -> bool:
+    with store.engine.connect() as c:
+        return c.execute(sa.select(tokens.c.id).where(tokens.c.student == student).limit(1)).first() is not None
+
+
 def identify(store: Store, token: str | None) -> Identity:
     """The token's owner; Refused(401) for none or an unknown one, Refused(403) for a revoked one."""
     if not token:
@@ -105,6 +110,11 @@ def main(args) -> int:
         return _fail(f"cannot open the service's database: {exc.__class__.__name__}: {str(exc).splitlines()[0]}")
     try:
         if args.revoke:
+            # All or nothing: a typo among the names must not leave the others half done.
+            unknown = [s for s in args.revoke if not has_tokens(store, s)]
+            if unknown:
+                return _fail(f"no token was ever made for {', '.join(map(repr, unknown))}: nothing was revoked "
+                             "(check the spelling; `tokens --add` makes one)")
             for student in args.revoke:
                 n = revoke(store, student)
                 print(f"{student} revoked {n} token{'s' * (n != 1)}")

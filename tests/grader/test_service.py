@@ -106,6 +106,11 @@ def test_a_missing_wrong_or_revoked_token_is_refused(served):
     wrong = server.request("GET", "/api/me", toks["carol"][:-2] + "xx")
     assert wrong.status == 401 and "not known" in wrong.body["error"]
     assert server.request("GET", "/api/me", toks["carol"]).body["student"] == "carol"
+    typo = subprocess.run([sys.executable, "-m", "grader", "tokens", "--course", str(server.course), "--revoke",
+                           "carol", "nobody-here"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert typo.returncode == 2 and "no token was ever made for 'nobody-here'" in typo.stderr, typo
+    assert "Traceback" not in typo.stderr and typo.stdout == ""
+    assert server.request("GET", "/api/me", toks["carol"]).status == 200, "a typo among the names revoked carol"
     out = subprocess.run([sys.executable, "-m", "grader", "tokens", "--course", str(server.course), "--revoke", "carol"],
                          cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "carol revoked 1 token" in out.stdout
