@@ -9,7 +9,6 @@ import math
 import os
 import platform
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -105,19 +104,13 @@ def grade(assignment: Assignment, submission: Path, report_path: Path, device: s
     results: list[TestResult] = []
     sandbox: dict = {}
     if problem is None:
-        copy = None
-        try:
-            with leftovers.signals_held():
-                copy = leftovers.private_folder()
+        with leftovers.removed_at_end(leftovers.own_folder) as copy:
             # Under the assignment's file name, as Python reads it (no BOM, LF line ends): the
             # worker imports the module by that name, and the suites read the source as text.
             handed = copy / assignment.submission
             handed.write_text(picked.source, encoding="utf-8")
             results, sandbox, problem = _run_suites(assignment, handed, device, seed, drop_privileges,
                                                     instructor, quiet, env, protect, host)
-        finally:
-            if copy is not None:
-                shutil.rmtree(copy, ignore_errors=True)
     else:
         results = _collect_only(assignment, problem)
     phases["suites_s"] = time.monotonic() - t0 - phases["startup_s"]
@@ -209,32 +202,23 @@ def _pytest(spec_path: Path, quiet: bool) -> tuple[int, str]:
 
 def _collect_only(assignment: Assignment, problem: str) -> list[TestResult]:
     """The tests a run would have had, each failed with the same reason."""
-    state = leftovers.private_folder()
-    try:
+    with leftovers.removed_at_end(leftovers.own_folder) as state:
         spec = SessionSpec(assignment=assignment.folder, submission=assignment.reference, device="cpu", seed=0,
                            state=state, drop_privileges=False, collect_only=True)
         _pytest(spec.write(), quiet=True)
         collected = state_records.read(state, state_records.COLLECTED, list) or []
-    finally:
-        shutil.rmtree(state, ignore_errors=True)
     return [TestResult(c["nodeid"], c["area"], c["contract"], "failed", problem) for c in collected]
 
 
 def _run_suites(assignment, submission, device, seed, drop_privileges, instructor, quiet, env, protect=(),
                 host=None):
-    state, roots = None, {}
-    try:
-        with leftovers.signals_held():       # an interruption comes once both are in `finally`'s hands
-            state = leftovers.private_folder()
-            roots = leftovers.grading_roots()
+    with leftovers.removed_at_end(leftovers.own_folder) as state, \
+            leftovers.removed_at_end(leftovers.grading_roots) as roots:
         spec = SessionSpec(assignment=assignment.folder, submission=submission.resolve(), device=device, seed=seed,
                            state=state, drop_privileges=drop_privileges,
                            protect=tuple(Path(p).resolve() for p in protect), **roots)
         code, tail, how = _session(spec.write(), quiet, host)
         return read_state(state, assignment, code, tail, instructor, env, how)
-    finally:
-        for folder in filter(None, (state, *roots.values())):
-            shutil.rmtree(folder, ignore_errors=True)
 
 
 def read_state(state: Path, assignment: Assignment, code: int, tail: str, instructor: dict, env: dict,

@@ -111,26 +111,33 @@ def grading_roots() -> dict[str, Path]:
     return roots
 
 
-@contextlib.contextmanager
-def signals_held():
-    """SIGTERM and SIGINT wait until the block ends: a folder made inside is handed to its
-    `finally` before an interruption can leave it unnamed (SIGKILL still cannot be held; the
-    next run's sweep removes what that leaves, by its marker)."""
-    held = {signal.SIGTERM, signal.SIGINT}
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
-
-
-def private_folder() -> Path:
+def own_folder() -> Path:
     """A folder of the grading process's own (mode 0700: no worker reads it), such as its state
     records or its copy of the submission, marked like the work roots so that the next run
     removes it if this one was killed outright."""
     folder = Path(tempfile.mkdtemp(prefix=GRADING_PREFIX))
     write_owner(folder, host=None)
     return folder
+
+
+@contextlib.contextmanager
+def removed_at_end(make):
+    """The folder, or dict of folders, that `make()` returns (own_folder, grading_roots), removed
+    when the block ends. They are made with SIGTERM and SIGINT held, so that an interruption
+    comes only once they are in this block's hands; SIGKILL cannot be held, and what it leaves
+    the next run's sweep removes by its marker."""
+    made = None
+    try:
+        held = {signal.SIGTERM, signal.SIGINT}
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+        try:
+            made = make()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        yield made
+    finally:
+        for folder in set(made.values()) if isinstance(made, dict) else [made] if made is not None else []:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _work_folder(path: Path) -> Path:

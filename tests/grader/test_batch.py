@@ -477,7 +477,7 @@ def test_the_sweep_removes_the_work_roots_of_a_grading_killed_outright(tmp_path,
     monkeypatch.setattr("grader.sandbox.proxy.shared_tensor_root", lambda: str(shm))
     live = leftovers.grading_roots()
     dead = leftovers.grading_roots()
-    live["state"], dead["state"] = leftovers.private_folder(), leftovers.private_folder()
+    live["state"], dead["state"] = leftovers.own_folder(), leftovers.own_folder()
     assert (live["state"].stat().st_mode & 0o777) == 0o700, "a grading's own records are no worker's to read"
     gone = subprocess.Popen(["sleep", "0"])
     gone_identity = leftovers.identity(gone.pid)
@@ -491,6 +491,33 @@ def test_the_sweep_removes_the_work_roots_of_a_grading_killed_outright(tmp_path,
     assert sorted(removed) == sorted(str(f) for f in dead.values())
     assert all(f.is_dir() for f in live.values()) and unmarked.is_dir()
     assert live["scratch_root"].parent == tmp and live["exchange_root"].parent == shm and live["state"].parent == tmp
+
+
+def test_an_interruption_while_a_grading_makes_its_folders_leaves_none(tmp_path, monkeypatch):
+    """SIGTERM arriving while a grading makes its folders waits until they are in the hands of
+    the block that removes them: the grading ends, and the folders with it."""
+    import signal
+    import tempfile
+
+    from grader import leftovers
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    made = []
+
+    def make():
+        made.append(leftovers.own_folder())
+        os.kill(os.getpid(), signal.SIGTERM)        # between the folder's making and its owner's `try`
+        return made[-1]
+
+    def interrupted(signum, frame):
+        raise InterruptedError("SIGTERM")
+    before = signal.signal(signal.SIGTERM, interrupted)
+    try:
+        with pytest.raises(InterruptedError):
+            with leftovers.removed_at_end(make):
+                pass
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert made and not made[0].exists(), "the interruption left a folder its grading never got to remove"
 
 
 def test_the_sweep_removes_a_dead_runs_host_folders_and_keeps_a_live_ones(tmp_path, monkeypatch):
