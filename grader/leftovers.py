@@ -22,6 +22,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -123,21 +124,43 @@ def own_folder() -> Path:
 @contextlib.contextmanager
 def removed_at_end(make):
     """The folder, or dict of folders, that `make()` returns (own_folder, grading_roots), removed
-    when the block ends. They are made with SIGTERM and SIGINT held, so that an interruption
-    comes only once they are in this block's hands; SIGKILL cannot be held, and what it leaves
-    the next run's sweep removes by its marker."""
+    when the block ends. SIGTERM and SIGINT are deferred while they are made, so that an
+    interruption comes only once they are in this block's hands; SIGKILL cannot be deferred, and
+    what it leaves the next run's sweep removes by its marker."""
     made = None
     try:
-        held = {signal.SIGTERM, signal.SIGINT}
-        before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-        try:
+        with _interruptions_deferred():
             made = make()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, before)
         yield made
     finally:
         for folder in set(made.values()) if isinstance(made, dict) else [made] if made is not None else []:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _interruptions_deferred():
+    """SIGTERM and SIGINT that arrive in the block are acted on when it ends. Python runs signal
+    handlers in the main thread only, so it is their handlers that wait, not the signals: a
+    thread's signal mask does not hold a signal sent to the process, which the kernel hands to
+    any other thread that does not block it, and its handler then raised in the main thread
+    halfway through the block (seen in a test process with threads of its own)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield                       # no handler interrupts this thread
+        return
+    caught: list[tuple[int, object]] = []
+    before = {signum: signal.signal(signum, lambda signum, frame: caught.append((signum, frame)))
+              for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        for signum, frame in caught:
+            handler = before[signum]
+            if callable(handler):
+                handler(signum, frame)
+            elif handler in (signal.SIG_DFL, None):
+                os.kill(os.getpid(), signum)     # its default action, now that the block is over
 
 
 def _work_folder(path: Path) -> Path:
