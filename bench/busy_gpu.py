@@ -156,7 +156,24 @@ def time_went(reports: list[dict]) -> dict:
     n = max(1, len(reports))
     went = {k: round(v / n, 2) for k, v in totals.items()}
     went["slowest"] = {k: round(v / n, 2) for k, v in sorted(per_test.items(), key=lambda kv: -kv[1])[:3]}
+    went["timing_windows"] = timing_windows(reports)
     return went
+
+
+def timing_windows(reports: list[dict]) -> dict:
+    """Mean seconds a grading's timing tests (those with gpu_alone_s) spent, by what the suite
+    records of them: the GPU held alone, the whole measurement, and its parts (spent_*)."""
+    totals: dict[str, float] = {}
+    for report in reports:
+        for test in report.get("tests", []):
+            figures = report_reader.test_detail(test).get("figures") or {}
+            if "gpu_alone_s" not in figures:
+                continue
+            for key, value in figures.items():
+                if key in ("gpu_alone_s", "measure_wall_s", "gpu_quiet_wait_s") or key.startswith("spent_"):
+                    totals[key] = totals.get(key, 0.0) + float(value or 0.0)
+    n = max(1, len(reports))
+    return {k: round(v / n, 3) for k, v in sorted(totals.items())}
 
 
 def main() -> int:

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.busy_gpu import time_went, verdict  # noqa: E402
+from bench.busy_gpu import time_went, timing_windows, verdict  # noqa: E402
 from grader import report_reader  # noqa: E402
 from grader.assignment import Assignment  # noqa: E402
 from grader.course import Course  # noqa: E402
@@ -102,12 +102,14 @@ def part_first(args, out: Path) -> dict:
         report = report_reader.read_or_none(report_path) or {}
         ok, line = verdict(report)
         row = {"run": i, "ok": ok, "result": line, "wall_s": round(wall, 1), "peak_gib": memory.peak_gib,
-               "phases": report_reader.phases(report) if report else {}, "areas_s": area_seconds(report)}
+               "phases": report_reader.phases(report) if report else {}, "areas_s": area_seconds(report),
+               "timing": timing_windows([report])}
         found["gradings"].append(row)
         print(f"cold grading {i}: {'ok ' if ok else 'BAD'} {line}; wall {wall:.1f} s; peak {memory.peak_gib} GiB",
               flush=True)
         print(f"  phases {json.dumps(row['phases'])}", flush=True)
         print(f"  areas  {json.dumps(row['areas_s'])}", flush=True)
+        print(f"  timing {json.dumps(row['timing'])}", flush=True)
     return found
 
 
@@ -133,6 +135,10 @@ def part_rate(args, out: Path) -> dict:
         run = bounded(cmd, args.deadline, out / "rate-grade-all.log")
         wall = time.monotonic() - t
     reports = [report_reader.read_or_none(Course(course, assignment).report_path(s)) or {} for s in students]
+    kept = out / "rate-reports"
+    kept.mkdir(exist_ok=True)
+    for student, report in zip(students, reports):
+        (kept / f"{student}.json").write_text(json.dumps(report))
     done = [s for s, r in zip(students, reports) if r]
     print(f"{len(done)} of {len(students)} graded", flush=True)
     rows, seconds, ratios, unmeasured, bad = [], {}, [], 0, 0

@@ -18,6 +18,7 @@ import pytest
 
 from . import state_records
 from .assignment import Assignment
+from .scoring import WORKER_START
 from .sandbox import SandboxFailure, Submission, SubmissionError, SubmissionUnavailable
 from .workers import confinement_for, started
 
@@ -320,6 +321,16 @@ def charge_time(request):
     return charge
 
 
+@pytest.fixture(scope="session", autouse=True)
+def worker_started(request, charge_time):
+    """Before the first test: the submission's worker up (torch imported, the CUDA context made),
+    so that the first test, whichever area it grades, does not pay for it. A worker that does not
+    start is left for the tests to report."""
+    if any("submission" in item.fixturenames for item in request.session.items):
+        with charge_time(WORKER_START), contextlib.suppress(SandboxFailure):
+            _grading(request.config).submission().wait_idle()
+
+
 @pytest.fixture(scope="session")
 def gpu_share(device):
     """gpu_share() is a context manager holding a shared turn on this GPU (see gpu_turn) for
@@ -329,6 +340,20 @@ def gpu_share(device):
         return lambda: contextlib.nullcontext(_NoTurn())
     from . import gpu_turns
     return lambda: gpu_turns.turn(gpu_turns.gpu_key(), exclusive=False)
+
+
+@pytest.fixture(scope="session")
+def gpu_memo(request, device):
+    """gpu_memo.get(name, make, keep) -> Memo: a figure measured once per GPU and read by every
+    grading on it for a while (grader/gpu_memo.py), such as the reference's timings. None on the
+    CPU, where nothing is timed for points. GRADER_GPU_MEMO_TTL_S sets how long a figure is
+    kept (0: every grading measures its own)."""
+    if device.type != "cuda":
+        return None
+    from . import gpu_memo, gpu_turns
+    ttl = float(os.environ.get("GRADER_GPU_MEMO_TTL_S", gpu_memo.TTL_S))
+    return gpu_memo.GpuMemo(gpu_turns.lock_dir(), gpu_turns.gpu_key(device.index or 0),
+                            gpu_memo.fingerprint(_grading(request.config).assignment), ttl)
 
 
 @pytest.fixture(autouse=True)

@@ -10,6 +10,9 @@ from .assignment import Assignment
 # not_measured: a timing found no quiet window on the GPU (gpu_quiet.py). Its area is left out
 # of the grading, as on a machine without the device, and the report asks for a regrade.
 OUTCOMES = ("passed", "failed", "error", "crashed", "timeout", "skipped", "not_measured")
+# Not an area: seconds charged to it (the submission's worker starting, before the first test)
+# are taken out of that test's area and reported as a phase, worker_start_s (report.build).
+WORKER_START = "(worker start)"
 
 
 @dataclass

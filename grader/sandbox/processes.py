@@ -22,17 +22,23 @@ def become_subreaper() -> bool:
 
 
 def proc_table() -> dict[int, tuple[int, int]]:
-    """pid -> (ppid, uid) for every visible process."""
+    """pid -> (ppid, uid) for every visible process. It runs several times per timed call, on a
+    machine of hundreds of processes, inside a grading's exclusive hold on the GPU: the two
+    fields are found in the raw text rather than the whole file parsed."""
     table = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/status") as f:
-                fields = dict(line.split(":", 1) for line in f if ":" in line)
-            table[int(entry)] = (int(fields["PPid"]), int(fields["Uid"].split()[1]))
-        except (OSError, KeyError, ValueError):
+            with open(f"/proc/{entry}/status", "rb") as f:
+                text = f.read()
+            at = text.index(b"\nPPid:")
+            ppid = int(text[at + 6:text.index(b"\n", at + 1)])
+            at = text.index(b"\nUid:")
+            uid = int(text[at + 5:text.index(b"\n", at + 1)].split()[1])   # real, effective, ...: the effective
+        except (OSError, ValueError, IndexError):
             continue
+        table[int(entry)] = (ppid, uid)
     return table
 
 

@@ -92,6 +92,24 @@ class SubmissionUnavailable(SandboxFailure):
     outcome = "failed"
 
 
+class _KeptMapped:
+    """A series of windows (Submission.time_repeats) whose worker keeps its inputs mapped between
+    them: if the series ends early (a check failed, a refill raised), the worker is told to unmap
+    them now, so that no mapping of the grader's memory outlives the series."""
+
+    def __init__(self, sub, worker, name: str):
+        self.sub, self.worker, self.name, self.mapped = sub, worker, name, False
+
+    def __enter__(self) -> "_KeptMapped":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.mapped and self.sub._worker is self.worker:
+            self.mapped = False
+            with contextlib.suppress(SandboxFailure, SubmissionError):
+                self.sub._request(self.worker, self.name, {"op": "release"})
+
+
 def sweep_orphans(uid: int | None = None) -> None:
     """Kill what daemonised out of a worker: as subreaper we inherited it."""
     for pid in children_of(os.getpid()):
@@ -215,7 +233,7 @@ class Worker:
         self.thaw()
         self._take_idle()          # an earlier answer's, where nothing froze the worker after it
         if header:
-            self.expect_idle = header.get("op") in ("call", "prepare", "go")
+            self.expect_idle = header.get("op") in ("call", "prepare", "go", "release")
             try:
                 wire.send(self.sock, header, fds=fds)
             except OSError:
@@ -534,26 +552,48 @@ class Submission:
         time (and SETTLE_MIN_S); past that the window closes anyway and the caller's check
         of the outputs decides. An honest worker has synchronised before answering, so
         its outputs hold at the first look: the look's cost is part of the round trip."""
+        return self.time_repeats(name, calls, 1, refill=refill, settled=settled)[0]
+
+    def time_repeats(self, name: str, calls: list[tuple[tuple, dict]], repeats: int, refill=None, settled=None,
+                     after=None) -> list[float]:
+        """time_calls `repeats` times over the same inputs, mapped into the worker once for all of
+        them: refill() before each window, and after(seconds) once each window has closed and
+        the worker is frozen again (the caller's check of that window's outputs, before the next
+        refill overwrites them). Mapping and unmapping gigabytes for every window cost the
+        grading's exclusive hold on the GPU more than the windows themselves. The worker keeps
+        the inputs mapped only between the windows of this series, frozen; they are unmapped
+        when it ends, however it ends."""
         with self._budgeted():
             worker = self._worker_with(name)
             with contextlib.ExitStack() as stack:
                 wire_calls = [dict(zip(("args", "kwargs"), stack.enter_context(self.exchange.crossing(a, k))))
                               for a, k in calls]
                 self._request(worker, name, {"op": "prepare", "fn": name, "calls": wire_calls})
-                if refill is not None:
-                    refill()
-                self._settle_ours()
-                worker.thaw()         # not inside the window: it scans /proc
-                # Frozen again however the batch ends: a batch that raised leaves no thread running.
-                stack.callback(worker.freeze)
-                started = time.perf_counter()
-                self._request(worker, name, {"op": "go"}, freeze=False)
-                if settled is not None:
-                    answered = time.perf_counter() - started
-                    give_up = started + max(SETTLE_MIN_S, SETTLE_FACTOR * answered)
-                    while not settled() and time.perf_counter() < give_up:
-                        pass
-                return time.perf_counter() - started
+                kept = stack.enter_context(_KeptMapped(self, worker, name))
+                seconds = []
+                for i in range(repeats):
+                    if refill is not None:
+                        refill()
+                    self._settle_ours()
+                    kept.mapped = i < repeats - 1          # the last window's worker unmaps after it
+                    seconds.append(self._window(worker, name, settled, keep=kept.mapped))
+                    if after is not None:
+                        after(seconds[-1])
+                return seconds
+
+    def _window(self, worker: Worker, name: str, settled, keep: bool) -> float:
+        worker.thaw()                 # not inside the window: it scans /proc
+        try:
+            started = time.perf_counter()
+            self._request(worker, name, {"op": "go", "keep": keep}, freeze=False)
+            if settled is not None:
+                answered = time.perf_counter() - started
+                give_up = started + max(SETTLE_MIN_S, SETTLE_FACTOR * answered)
+                while not settled() and time.perf_counter() < give_up:
+                    pass
+            return time.perf_counter() - started
+        finally:
+            worker.freeze()           # however the window ends: one that raised leaves no thread running
 
     @contextlib.contextmanager
     def _budgeted(self):

@@ -442,7 +442,8 @@ class Observer:
 
 def handle(msg: dict, module, mapper: Mapper, device: str, pending: list,
            counted: list | None = None) -> tuple[dict, list[bytes]]:
-    """One request. `prepare` maps the inputs of a timed batch; `go` runs it back to back.
+    """One request. `prepare` maps the inputs of a timed batch; `go` runs it back to back (and
+    again, with the same inputs, while the grader says "keep"); `release` ends such a series.
     `counted` receives a call's Observer, so that a call that raised still reports its count."""
     counted = [] if counted is None else counted
     op = msg.get("op", "call")
@@ -473,6 +474,8 @@ def handle(msg: dict, module, mapper: Mapper, device: str, pending: list,
             fn(*args, **kwargs)
         _sync(device)
         return {"ok": True, "value": len(pending)}, []
+    if op == "release":                          # a series of windows is over (see serve)
+        return {"ok": True}, []
     raise wire.WireError(f"unknown op {op!r}")
 
 
@@ -510,7 +513,9 @@ def serve(sock: socket.socket, module, device: str) -> None:
             op = None                        # a failed prepare keeps nothing mapped either
         else:
             wire.send(sock, reply, blobs)
-        if op != "prepare":
+        if op != "prepare" and not (op == "go" and msg.get("keep") is True):
+            # A window of a series whose next window reuses these inputs ("keep") leaves them
+            # mapped, frozen, until the series' last window or its "release" (proxy.time_repeats).
             # Unmapped after the answer (the work was synchronised before it), so that a timed
             # window holds the launches and not the teardown of gigabytes of mappings: on the
             # H200 a window's fixed cost was 0.49-1.13 ms with it and 0.14-0.53 ms without.

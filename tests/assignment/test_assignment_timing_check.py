@@ -59,3 +59,27 @@ def test_a_right_batch_passes_and_every_wrong_one_fails(timing, case):
         assert not b.check(), f"a batch with {mistake} passed the check"
     _write(b)
     assert b.check(), "the check after a refill depends on the batch before"
+
+
+@pytest.mark.parametrize("case", ["fused-small", "plain-odd-hd"])
+def test_the_sampled_check_passes_a_right_batch_and_sees_a_launch_skipped_or_swapped(timing, case):
+    """The check after a window that is not its series' last compares rows drawn by the grader
+    (on these 64-token launches, every row), so a launch skipped, swapped or missing one row is
+    seen; a stray write elsewhere is left to the whole check at the end. With fewer rows drawn
+    than a launch has, a launch skipped is still seen."""
+    b = timing.Batch(_Proxy(), case, 11)
+    _write(b)
+    assert b.check(whole=False), "a batch written exactly was refused by the sampled check"
+    for mistake in ("one row skipped", "one launch swapped", "last launch skipped"):
+        _write(b, mistake)
+        assert not b.check(whole=False), f"a batch with {mistake} passed the sampled check"
+    _write(b, "stray value")
+    assert b.check(whole=False) and not b.check(whole=True)
+    timing.SAMPLED_ROWS, before = 3 * 8, timing.SAMPLED_ROWS          # 8 of 64 rows a launch
+    try:
+        _write(b)
+        assert b.check(whole=False)
+        _write(b, "last launch skipped")
+        assert not b.check(whole=False)
+    finally:
+        timing.SAMPLED_ROWS = before

@@ -87,3 +87,43 @@ def test_a_timed_batch_that_raises_leaves_the_worker_answering_in_step(timed_bat
     sub.time_calls("add_into", [((x, y), {})], refill=refill)
     assert torch.equal(x, y)
     assert sub._worker.frozen, "between calls the worker's threads are stopped, after a failed batch too"
+
+
+@pytest.mark.slow
+def test_a_series_maps_its_inputs_once_and_checks_every_window(timed_batch):
+    """time_repeats: each window gets inputs refilled after the worker mapped them and its own
+    check while the worker is frozen; the worker keeps the mapping between the windows only."""
+    sub, x, y, refill = timed_batch("good.py")
+    seen = []
+
+    def check(seconds):
+        assert sub._worker.frozen, "a window's outputs are checked with the worker stopped"
+        seen.append((seconds, torch.equal(x, y)))
+    times = sub.time_repeats("add_into", [((x, y), {})], 4, refill=refill, settled=lambda: torch.equal(x, y),
+                             after=check)
+    assert len(times) == 4 and [s for s, _ in seen] == times and all(ok for _, ok in seen)
+    assert sub.echo(3) == 3, "after the series the worker answers in step"
+
+
+@pytest.mark.slow
+def test_a_series_cut_short_by_its_check_leaves_nothing_mapped(timed_batch):
+    """A check that fails in the middle of a series ends it: the worker is told to let go of
+    the inputs it kept, and answers the next call in step."""
+    sub, x, y, refill = timed_batch("good.py")
+    windows = []
+    path = sub.exchange._files[x.untyped_storage().data_ptr()][0]
+    mapped = []
+
+    def check(seconds):
+        windows.append(seconds)
+        mapped.append(Path(path).name in Path(f"/proc/{sub._worker.proc.pid}/maps").read_text())
+        if len(windows) == 2:
+            raise AssertionError("wrong output")
+    with pytest.raises(AssertionError, match="wrong output"):
+        sub.time_repeats("add_into", [((x, y), {})], 5, refill=refill, after=check)
+    assert len(windows) == 2 and mapped == [True, True], "between windows the worker keeps the inputs mapped"
+    assert Path(path).name not in Path(f"/proc/{sub._worker.proc.pid}/maps").read_text(), \
+        "a series cut short leaves none of the grader's memory mapped in the worker"
+    assert sub.echo("next") == "next"
+    sub.time_calls("add_into", [((x, y), {})], refill=refill)
+    assert torch.equal(x, y) and sub._worker.frozen

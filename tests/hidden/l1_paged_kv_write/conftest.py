@@ -14,17 +14,28 @@ def _performance_is_graded(session) -> bool:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def reference_timings(request, device, submission, run_seed, gpu_share, quiet_gpu, charge_time) -> dict:
+def reference_timings(request, device, submission, run_seed, gpu_share, quiet_gpu, charge_time, gpu_memo) -> dict:
     """The reference's time on every performance case, taken before the first test, while the
     submission's worker is up but has not imported the file: nothing the submission starts
     (a thread keeping the GPU or the host busy) can slow the reference and so lift its own
-    ratio. case -> {"t_ref_s", "round_trip_s"}; "problem" -> why there are none, and "busy" where
-    no quiet window came (the case is then not measured for the submission either)."""
+    ratio. case -> {"t_ref_s", "round_trip_s", ...}; "problem" -> why there are none, and "busy"
+    where no quiet window came (the case is then not measured for the submission either).
+
+    The reference's time is a property of the GPU, not of one grading's random inputs, so it is
+    measured once per GPU and read by the gradings on it for the memo's lifetime (gpu_memo): a
+    grading then holds the GPU alone only for the submission's timings. A grading that made it
+    measured it before its own submission ran, as every grading did before; a set with a case
+    not timed is never kept."""
     if device.type != "cuda" or not _performance_is_graded(request.session):
         return {}
     # All of it counts in the performance area, not in the test whose setup it runs in.
     with charge_time("performance"):
-        return _time_reference(request, device, submission, run_seed, gpu_share, quiet_gpu)
+        def make():
+            return _time_reference(request, device, submission, run_seed, gpu_share, quiet_gpu)
+        memo = gpu_memo.get("l1-reference-timings", make,
+                            keep=lambda timings: all("t_ref_s" in timings.get(case, {}) for case in CASES))
+        return {case: {**t, "ref_age_s": memo.age_s} if isinstance(t, dict) else t
+                for case, t in memo.value.items()}
 
 
 def _time_reference(request, device, submission, run_seed, gpu_share, quiet_gpu) -> dict:
@@ -48,13 +59,15 @@ def _time_reference(request, device, submission, run_seed, gpu_share, quiet_gpu)
                 timed(reference, batch)                  # compile and warm up
 
                 def one_timing(batch=batch):
-                    copy_ceiling(device)
+                    # The copy ceiling too (the submission's floor): the GPU's, measured here in a
+                    # quiet window, the highest of the run kept.
+                    ceiling = copy_ceiling(device)
                     fixed = round_trip(reference, batch)
-                    return fixed, min(timed(reference, batch) for _ in range(REPEATS)) - fixed
+                    return ceiling, fixed, min(timed(reference, batch, REPEATS)) - fixed
                 with turn.exclusive() as alone:
-                    fixed, t_ref = quiet_gpu.measure(one_timing)
+                    ceiling, fixed, t_ref = quiet_gpu.measure(one_timing)
                 timings[case] = {"t_ref_s": t_ref, "round_trip_s": fixed, "ref_alone": float(bool(alone)),
-                                 "gbps_ref": batch.bytes_moved / t_ref / 1e9}
+                                 "gbps_ref": batch.bytes_moved / t_ref / 1e9, "ceiling_bps": ceiling}
             except Busy as exc:
                 timings[case] = {"busy": str(exc)}
             except (Exception, SandboxFailure) as exc:
