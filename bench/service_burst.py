@@ -93,6 +93,19 @@ def send_and_wait(api: Api, data: bytes, out: dict, timeout_s: float) -> None:
         out["problem"] = str(exc)
 
 
+def send_all(url: str, tokens: dict[str, str], runs: list[dict], timeout_s: float) -> float:
+    """Every run's check sent at once, each from its student's token, and waited for
+    (send_and_wait fills each run); the wall seconds until the last answer."""
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=send_and_wait, args=(Api(url, tokens[r["student"]]), r["data"], r, timeout_s))
+               for r in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.monotonic() - t0
+
+
 def one_at_a_time(assignment: Assignment, data: bytes, seed: int, device: str, work: Path) -> float | None:
     folder = Path(tempfile.mkdtemp(dir=work))
     file = folder / assignment.submission
@@ -128,14 +141,7 @@ def main() -> int:
         proc, url = start_service(course, assignment, device, args.jobs)
         runs = [{"student": s, "data": d} for s, ds in files.items() for d in ds]
         try:
-            t0 = time.monotonic()
-            threads = [threading.Thread(target=send_and_wait, args=(Api(url, tokens[r["student"]]), r["data"], r,
-                                                                    args.timeout)) for r in runs]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            wall = time.monotonic() - t0
+            wall = send_all(url, tokens, runs, args.timeout)
         finally:
             proc.terminate()
             proc.wait(timeout=120)

@@ -213,8 +213,9 @@ def format_score(submission: dict) -> str:
     score, top = submission.get("score"), submission.get("max_score")
     if isinstance(score, (int, float)) and isinstance(top, (int, float)):
         return f"score: {score:g} / {top:g}"
-    # The instructor may show a check's feedback without its score before the deadline.
-    return "score: not shown yet"
+    # The service gives no score only for a hand-in filed over the hour's gradings: graded after
+    # the deadline, as its feedback says.
+    return "score: not graded yet"
 
 
 def describe(state: dict) -> str:
@@ -301,6 +302,15 @@ def _check_report_path(report: Path | None) -> None:
         raise ClientError(f"--report {report}: the folder {report.parent} does not exist", EXIT_LOCAL)
 
 
+def grader_failed(submission: dict) -> ClientError:
+    # The service's sentence already tells a student it was the grader, not their code.
+    why = submission.get("error")
+    if isinstance(why, str) and why.strip():
+        return ClientError(f"the grading of {_label(submission)} failed: {why.strip()}")
+    return ClientError(f"the grading of {_label(submission)} failed in the grader, not in your code; "
+                       "your instructor sees it too")
+
+
 def _expect_submission(data, what: str) -> dict:
     if not isinstance(data, dict) or not isinstance(data.get("id"), int) or "status" not in data:
         raise ClientError(f"the server's answer to {what} is not a submission (no id or status)")
@@ -368,8 +378,7 @@ def cmd_submit(api: Api, args) -> int:
         except OSError as exc:
             written = exc
     if final.get("status") == "error":
-        raise ClientError(f"the grading of {_label(final)} failed in the grader, not in your code: "
-                          f"{final.get('error') or 'no reason given'}; your instructor sees it too")
+        raise grader_failed(final)
     print_report(final, sys.stdout)
     if isinstance(written, OSError):
         raise ClientError(f"could not write the report to {report}: {_reason(written)}", EXIT_LOCAL)
@@ -411,8 +420,7 @@ def cmd_history(api: Api, args) -> int:
         one = _expect_submission(data, f"submission #{args.id}")
         print(f"{_label(one)}: {describe(one)}")
         if one.get("status") == "error":
-            raise ClientError(f"the grading of {_label(one)} failed in the grader: "
-                              f"{one.get('error') or 'no reason given'}")
+            raise grader_failed(one)
         if one.get("status") == "done":
             print_report(one, sys.stdout)
         return EXIT_OK

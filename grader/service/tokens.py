@@ -60,6 +60,8 @@ def issue(store: Store, student: str | None) -> str:
         raise ValueError(f"{student!r} is not a student id this course can hold (letters, digits and _ . @ + -, "
                          "starting with a letter or digit, at most 100 characters)")
     token = secrets.token_urlsafe(32)
+    while token.startswith("-"):      # given as `--token T`, one starting with "-" reads as an option
+        token = secrets.token_urlsafe(32)
     with store.write, store.engine.begin() as c:
         c.execute(tokens.insert().values(digest=digest(token), student=student, created_at=now()))
     return token
