@@ -61,7 +61,14 @@ def precheck(submission: "Path | submission_file.Accepted", assignment: Assignme
     missing = [f for f in assignment.functions if f not in defined]
     if missing and len(missing) == len(assignment.functions):
         return f"the submission defines none of {', '.join(assignment.functions)}"
+    stubs = submission_file.unwritten(picked.source, assignment.functions)
+    if stubs and len(stubs) + len(missing) == len(assignment.functions):
+        return not_written_line(stubs)          # nothing written: nothing to run
     return None
+
+
+def not_written_line(stubs: list[str]) -> str:
+    return submission_file.NOT_WRITTEN + ", ".join(stubs)
 
 
 def process_age() -> float:
@@ -111,6 +118,11 @@ def grade(assignment: Assignment, submission: Path, report_path: Path, device: s
             handed.write_text(picked.source, encoding="utf-8")
             results, sandbox, problem = _run_suites(assignment, handed, device, seed, drop_privileges,
                                                     instructor, quiet, env, protect, host)
+        # Some functions written, some still the template's: the report opens with the line that
+        # names them, and the tests of the written ones count as they came out.
+        stubs = submission_file.unwritten(picked.source, assignment.functions)
+        if stubs:
+            problem = not_written_line(stubs) + (f"; {problem}" if problem else "")
     else:
         results = _collect_only(assignment, problem)
     phases["suites_s"] = time.monotonic() - t0 - phases["startup_s"]

@@ -10,6 +10,7 @@ everything after grades the bytes read here, never the path again.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import os
 import stat
@@ -153,3 +154,51 @@ def pick(path: str | Path, expected: str) -> Picked:
     except OSError:
         pass
     return read(path)
+
+
+NOT_WRITTEN = "not written yet: "
+
+
+def _is_stub(body: list) -> bool:
+    """A body that is only a docstring, `pass`, `...`, `raise NotImplementedError(...)`, or an
+    assertion of False (`assert False`, `tl.static_assert(False, ...)`: a kernel's stub, where a
+    `raise` does not compile)."""
+    rest = [s for s in body if not (isinstance(s, ast.Pass) or (isinstance(s, ast.Expr)
+                                                                 and isinstance(s.value, ast.Constant)
+                                                                 and (s.value.value is Ellipsis
+                                                                      or isinstance(s.value.value, str))))]
+    if not rest:
+        return True
+    if len(rest) != 1:
+        return False
+    s = rest[0]
+    if isinstance(s, ast.Raise):
+        exc = s.exc.func if isinstance(s.exc, ast.Call) else s.exc
+        return getattr(exc, "id", getattr(exc, "attr", None)) == "NotImplementedError"
+    if isinstance(s, ast.Assert):
+        return isinstance(s.test, ast.Constant) and s.test.value is False
+    if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
+        call = s.value
+        name = getattr(call.func, "attr", getattr(call.func, "id", None))
+        return (name == "static_assert" and bool(call.args) and isinstance(call.args[0], ast.Constant)
+                and call.args[0].value is False)
+    return False
+
+
+def unwritten(source: str, names) -> list[str]:
+    """The functions of `names` (the assignment's) that the file still leaves as a template's stub:
+    their last top-level definition only raises NotImplementedError or has no body. A name bound
+    some other way (an assignment) counts as written. Reads the source; runs none of it."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    last: dict[str, bool] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names:
+            last[node.name] = _is_stub(node.body)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                if isinstance(target, ast.Name) and target.id in names:
+                    last[target.id] = False
+    return [n for n in names if last.get(n)]

@@ -20,10 +20,13 @@ from grader.assignment import Assignment  # noqa: E402
 # are cleared those numbers no longer match this file, so the header says so.
 HEADER = """\
 # Student template for L1, generated from the course solution by
-# tools/make_template.py. Replace each `# YOUR CODE HERE` /
-# `raise NotImplementedError()` with your code. Keep the names and signatures:
-# the tests and the grader import them. The line numbers in the docstring below
-# refer to the solution file the lesson reads, not to this template.
+# tools/make_template.py. Write each function's body in place of its
+# `# YOUR CODE HERE` and the line under it: `raise NotImplementedError(...)`, or in
+# the kernel `tl.static_assert(False, ...)` (a `raise` is not Triton). Until you do,
+# the tests open with one line, "not written yet: ...", naming what is left, and
+# skip the tests that need it. Keep the names and signatures: the tests and the
+# grader import them. The line numbers in the docstring below are those of the
+# course's solution file, which the L1 lesson reads; that file is not in this bundle.
 """
 
 
@@ -54,9 +57,22 @@ KERNEL_PLACEHOLDER = """\
     # These parameters, the grid and any @triton.autotune/@triton.heuristics are yours to
     # change; reshape_and_cache launches whatever kernel you write.
     # YOUR CODE HERE
-    tl.static_assert(False, "NotImplementedError: reshape_and_cache_kernel has no body yet")
+    tl.static_assert(False, "not written yet: reshape_and_cache_kernel")
 """
 CLEARED = "    # YOUR CODE HERE\n    raise NotImplementedError()\n"
+STUB = "    raise NotImplementedError()\n"
+
+
+def named_stubs(cleared: str) -> str:
+    """Each cleared Python body raises NotImplementedError("not written yet: <its name>"): the
+    line the tests and the grader print for it, also where a script of your own calls it."""
+    out, name = [], None
+    for line in cleared.splitlines(keepends=True):
+        if line.startswith("def "):
+            name = line[4:line.index("(")]
+        out.append(line.replace("raise NotImplementedError()", f'raise NotImplementedError("not written yet: {name}")')
+                   if line == STUB and name else line)
+    return "".join(out)
 
 
 def jit_safe_kernel(cleared: str) -> str:
@@ -67,7 +83,7 @@ def jit_safe_kernel(cleared: str) -> str:
 
 
 def render(reference_text: str) -> str:
-    return HEADER + jit_safe_kernel(clear_solutions(reference_text)).rstrip("\n") + "\n"
+    return HEADER + named_stubs(jit_safe_kernel(clear_solutions(reference_text))).rstrip("\n") + "\n"
 
 
 def paths(assignment_dir: Path) -> tuple[Path, Path]:

@@ -1,5 +1,8 @@
-"""The student bundle holds what students need and none of the solution."""
+"""The student bundle holds what students need and none of the solution, and names no file it lacks."""
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +13,8 @@ PRIVATE = [REPO / "reference", REPO / "tests" / "hidden", REPO / "tests" / "corp
 # The one file of grader/ that is public by design: the grading service's client.
 CLIENT = REPO / "grader" / "submit_client.py"
 EXPECTED = {"l1_paged_kv_write.py", "statement.en.md", "statement.zh.md", "Makefile", "README.md", "submit.py",
-            "tests/conftest.py", "tests/test_l1_paged_kv_write.py"}
+            "bench_mine.py", "performance.md", "tests/conftest.py", "tests/l1_watch.py",
+            "tests/test_l1_paged_kv_write.py"}
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +179,112 @@ def test_a_crash_of_the_process_names_the_test_it_died_in(bundle, run_pytest, tm
     assert proc.returncode != 0, output
     assert "The Python process died while running " in output and "::test_" in output.split("died while running ")[1], \
         output[-3000:]
+
+
+# --- what the bundle cites, it carries ---------------------------------------------
+
+# A file name in backticks: a path with a slash, or a name with a file's extension.
+FILE_NAME = re.compile(r"`([\w.-]*/[\w./-]*|[\w.-]+\.(?:py|md|toml|json|txt|sh))`")
+# Named in the bundle but not part of it by design: what the student makes (.grader), and folders
+# that the name of a test file inside the bundle stands in for.
+MADE_BY_THE_STUDENT = {".grader"}
+
+
+@pytest.mark.parametrize("name", ["statement.en.md", "statement.zh.md", "README.md", "performance.md"])
+def test_every_file_the_bundle_names_is_in_it(bundle, name):
+    text = (bundle / name).read_text(encoding="utf-8")
+    cited = set(FILE_NAME.findall(text)) - MADE_BY_THE_STUDENT
+    assert cited, f"{name} names no file at all: the pattern is wrong"
+    missing = sorted(c for c in cited if not (bundle / c).exists())
+    assert not missing, f"{name} names files the bundle does not carry: {missing}"
+
+
+def test_the_statements_cite_the_bundles_own_files(bundle):
+    for name in ("statement.en.md", "statement.zh.md"):
+        text = (bundle / name).read_text(encoding="utf-8")
+        for cited in ("`bench_mine.py`", "`performance.md`", "`l1_paged_kv_write.py`",
+                      "`tests/test_l1_paged_kv_write.py`"):
+            assert cited in text, f"{name} does not cite {cited}"
+        assert "<!--" not in text, f"{name} ships the generated blocks' markers"
+        for lesson_only in ("solutions/", "mine/", "drills", "docs/"):
+            assert lesson_only not in text, f"{name} names {lesson_only}, which students do not have"
+
+
+def test_the_performance_figures_ship_with_the_bundle(bundle, load_tool):
+    tables = load_tool("statement_tables")
+    figures, ceiling, measured = tables.reference_figures(bundle / "performance.md")
+    assert (figures, ceiling, measured) == tables.reference_figures()
+    for name in ("statement.en.md", "statement.zh.md"):
+        text = (bundle / name).read_text(encoding="utf-8")
+        assert f"{figures[(65536, 8, 128, 'fp16', 'fused')][0]:,} GB/s" in text and f"{ceiling:,} GB/s" in text
+
+
+def test_bench_mine_help_runs_without_a_gpu(bundle):
+    """bench_mine.py answers --help anywhere, before it imports torch."""
+    proc = subprocess.run([sys.executable, str(bundle / "bench_mine.py"), "--help"], capture_output=True,
+                          text=True, timeout=60, cwd=bundle, env={"PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: bench_mine.py" in proc.stdout and "--submission" in proc.stdout and "--launches" in proc.stdout
+
+
+def test_bench_mine_holds_the_graders_cases_curve_and_the_statements_figures(bundle, load_tool, assignment):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_mine", bundle / "bench_mine.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    tables = load_tool("statement_tables")
+    cases = tables.timed_cases(REPO / "tests" / "hidden" / "l1_paged_kv_write")
+    assert bench.CASES == cases
+    figures, ceiling, _ = tables.reference_figures()
+    assert bench.REFERENCE_GBPS == {case: figures[(T, H, D, dt, layout)][0]
+                                    for case, (T, H, D, dt, layout, _n) in cases.items()}
+    assert bench.H200_CEILING_GBPS == ceiling
+    performance = assignment["rubric"]["performance"]
+    assert bench.POINTS == performance["points"]
+    assert [list(p) for p in bench.CURVE] == performance["curve"]
+    assert bench.credit(0.8) == 1.0 and bench.credit(0.25) == 0.0 and bench.credit(0.525) == 0.5
+
+
+@pytest.mark.slow
+def test_the_unwritten_template_prints_one_line(bundle, run_pytest, tmp_path):
+    """The bundle as students get it: its public run opens with the one line and runs nothing."""
+    fresh = tmp_path / "fresh"
+    shutil.copytree(bundle, fresh)
+    proc = run_pytest(str(fresh / "tests"), "-q", cwd=fresh)
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert lines[0] == "not written yet: slot_mapping, reshape_and_cache_kernel, reshape_and_cache", lines[:3]
+    assert len(lines) < 40, "\n".join(lines)
+    assert "Traceback" not in proc.stdout and "NotImplementedError" not in proc.stdout
+
+
+@pytest.mark.slow
+def test_bench_mine_times_and_checks_a_small_case_on_the_cpu(bundle, run_kernel_check):
+    """Its batches, its check of the written rows and its PyTorch scatter, on a case small enough for
+    the interpreter (its clock means nothing there): the reference and the scatter write the rows
+    right, a kernel that never stores V does not, and the points follow the curve."""
+    proc = run_kernel_check(f"""
+import importlib.util, sys, torch
+def load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); return m
+bench = load("bench_mine", {str(bundle / "bench_mine.py")!r})
+ref = load("ref", {str(REFERENCE)!r})
+device = "cuda" if torch.cuda.is_available() else "cpu"
+bench.CASES["tiny"] = (48, 2, 32, "fp16", "fused", 2)
+bench.CASES["tiny-plain"] = (40, 2, 40, "bf16", "plain", 3)
+def no_values(key, value, k_cache, v_cache, slots):
+    ref.reshape_and_cache(key, value, k_cache, torch.zeros_like(v_cache), slots)
+for case in ("tiny", "tiny-plain"):
+    batch = bench.Batch(torch, case, bench.CASES[case][5], device=device)
+    for name, fn in (("ref", ref.reshape_and_cache), ("scatter", bench.pytorch_scatter), ("no_values", no_values)):
+        seconds, right = bench.timed(torch, fn, batch, 2)
+        print(case, name, right, seconds > 0)
+    print(case, "bytes", batch.bytes_moved)
+""")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    for case in ("tiny", "tiny-plain"):
+        assert f"{case} ref True True" in lines and f"{case} scatter True True" in lines, proc.stdout
+        assert f"{case} no_values False True" in lines, proc.stdout
+    assert f"tiny bytes {2 * (4 * 48 * 64 * 2 + 8 * 48)}" in lines     # the grader's count: K, V read and written

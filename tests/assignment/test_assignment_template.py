@@ -28,11 +28,16 @@ def test_template_keeps_signatures_and_clears_bodies(generated):
                       "def reshape_and_cache_kernel(key_ptr, value_ptr, k_cache_ptr, v_cache_ptr,",
                       "def reshape_and_cache(key, value, k_cache, v_cache, slot_mapping):"):
         assert signature in generated
-    # slot_mapping and reshape_and_cache raise; the kernel cannot (see make_template.py)
-    assert generated.count("\n    raise NotImplementedError()\n") == 2
+    # slot_mapping and reshape_and_cache raise; the kernel cannot (see make_template.py). Each stub
+    # says the line the tests and the grader print for it.
+    for name in ("slot_mapping", "reshape_and_cache"):
+        assert generated.count(f'\n    raise NotImplementedError("not written yet: {name}")\n') == 1
     kernel = generated[generated.index("def reshape_and_cache_kernel("):generated.index("def reshape_and_cache(")]
     assert "raise" not in kernel
-    assert 'tl.static_assert(False, "NotImplementedError:' in kernel
+    assert 'tl.static_assert(False, "not written yet: reshape_and_cache_kernel")' in kernel
+    header = generated[:generated.index('"""')]
+    assert '"not written yet: ..."' in header and "tl.static_assert(False, ...)" in header
+    assert "raise NotImplementedError(...)" in header
     for note in ("strides count elements", "HD = H * D", "BLOCK: a tl.constexpr"):
         assert note in kernel
     assert "SOLUTION" not in generated
@@ -54,7 +59,7 @@ def test_check_mode(make_template, monkeypatch, tmp_path, capsys):
     assert target.read_bytes() == first, "two runs must write the same bytes"
     assert make_template.main(argv + ["--check"]) == 0
 
-    target.write_bytes(first.replace(b"raise NotImplementedError()", b"return None", 1))
+    target.write_bytes(first.replace(b"raise NotImplementedError(", b"return (", 1))
     assert make_template.main(argv + ["--check"]) == 1
     assert "make template" in capsys.readouterr().err
 
@@ -77,5 +82,73 @@ else:
     print("no error")
 """)
     assert proc.returncode == 0, proc.stderr
-    assert "raised" in proc.stdout and "NotImplementedError: reshape_and_cache_kernel has no body yet" in proc.stdout, \
-        proc.stdout
+    assert "raised" in proc.stdout and "not written yet: reshape_and_cache_kernel" in proc.stdout, proc.stdout
+
+
+# --- "not written yet": the public tests and the grader read a stub alike ----------------
+
+STUBS = {
+    "raise NotImplementedError()": True,
+    'raise NotImplementedError("not written yet: f")': True,
+    "raise NotImplementedError": True,
+    '"""Only a docstring."""': True,
+    "pass": True,
+    "...": True,
+    'tl.static_assert(False, "not written yet: f")': True,
+    "assert False": True,
+    "return 1": False,
+    "x = 1\n    raise NotImplementedError()": False,
+    "raise ValueError()": False,
+    "tl.static_assert(True)": False,
+}
+
+
+@pytest.fixture(scope="module")
+def public_conftest():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("public_conftest", REPO / "tests" / "public" / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("body, stub", list(STUBS.items()), ids=list(STUBS))
+def test_a_stub_is_read_alike_by_the_public_tests_and_the_grader(public_conftest, body, stub):
+    from grader.submission_file import unwritten
+    source = f"def f(a):\n    {body}\n\ndef g():\n    return 2\n"
+    assert public_conftest.unwritten(source, ("f", "g")) == (["f"] if stub else [])
+    assert unwritten(source, ("f", "g")) == (["f"] if stub else [])
+
+
+def test_the_last_definition_counts_and_a_name_bound_otherwise_is_written(public_conftest):
+    from grader.submission_file import unwritten
+    source = "def f():\n    raise NotImplementedError()\n\ndef f():\n    return 1\n\ng = f\n"
+    for read in (public_conftest.unwritten, unwritten):
+        assert read(source, ("f", "g")) == []
+        assert read(source + "def g():\n    pass\n", ("f", "g")) == ["g"]
+        assert read(TEMPLATE.read_text(encoding="utf-8"), ("slot_mapping", "reshape_and_cache_kernel",
+                                                           "reshape_and_cache")) == \
+            ["slot_mapping", "reshape_and_cache_kernel", "reshape_and_cache"]
+        assert read(REFERENCE.read_text(encoding="utf-8"), ("slot_mapping", "reshape_and_cache")) == []
+
+
+@pytest.mark.slow
+def test_the_graders_report_opens_with_the_line_and_runs_nothing(tmp_path):
+    """Grading the template runs none of its code: every test fails with the one line, which the
+    report puts first under its score."""
+    import json
+    import subprocess
+    import sys
+    report = tmp_path / "report.json"
+    proc = subprocess.run([sys.executable, "-m", "grader", "grade", "--submission", str(TEMPLATE),
+                           "--report", str(report), "--device", "cpu"], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    graded = json.loads(report.read_text(encoding="utf-8"))
+    line = "not written yet: slot_mapping, reshape_and_cache_kernel, reshape_and_cache"
+    assert graded["extra_data"]["problem"] == line
+    body = graded["output"].splitlines()
+    assert body[2] == f"**{line}**", body[:4]
+    # (a gated area's tests add that they score nothing until their gate passes)
+    assert {t["output"].split(". ")[-1] for t in graded["tests"] if t.get("status") == "failed"} == {line}
+    assert graded["score"] == 0

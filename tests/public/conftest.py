@@ -4,7 +4,12 @@ Which file is tested, first match wins:
   --submission PATH, the environment variable L1_SUBMISSION,
   l1_paged_kv_write.py beside this tests/ folder, l1_paged_kv_write.py in the
   current directory.
+
+A function that is still the template's stub (it only raises NotImplementedError, or has no
+body) is reported in one line, "not written yet: ...", and the tests that need it do not run:
+each test names the functions it needs with @pytest.mark.needs(...).
 """
+import ast
 import importlib.util
 import os
 import signal
@@ -30,6 +35,8 @@ FILENAME = "l1_paged_kv_write.py"
 FUNCTIONS = ("slot_mapping", "reshape_and_cache_kernel", "reshape_and_cache")
 KERNEL = "reshape_and_cache_kernel"
 _MODULE_KEY = pytest.StashKey()
+_UNWRITTEN_KEY = pytest.StashKey()
+NOT_WRITTEN = "not written yet: "
 
 
 def pytest_addoption(parser):
@@ -119,10 +126,51 @@ def _load(path: Path):
     return module
 
 
+def _is_stub(body: list) -> bool:
+    """A body that is only a docstring, `pass`, `...`, `raise NotImplementedError(...)`, or an
+    assertion of False (`tl.static_assert(False, ...)`, the template's kernel: a `raise` is not
+    Triton)."""
+    rest = [s for s in body if not (isinstance(s, ast.Pass) or (isinstance(s, ast.Expr)
+                                                                 and isinstance(s.value, ast.Constant)
+                                                                 and (s.value.value is Ellipsis
+                                                                      or isinstance(s.value.value, str))))]
+    if not rest:
+        return True
+    if len(rest) != 1:
+        return False
+    s = rest[0]
+    if isinstance(s, ast.Raise):
+        exc = s.exc.func if isinstance(s.exc, ast.Call) else s.exc
+        return getattr(exc, "id", getattr(exc, "attr", None)) == "NotImplementedError"
+    if isinstance(s, ast.Assert):
+        return isinstance(s.test, ast.Constant) and s.test.value is False
+    if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
+        call = s.value
+        name = getattr(call.func, "attr", getattr(call.func, "id", None))
+        return (name == "static_assert" and bool(call.args) and isinstance(call.args[0], ast.Constant)
+                and call.args[0].value is False)
+    return False
+
+
+def unwritten(source: str, names=FUNCTIONS) -> list[str]:
+    """The functions of `names` whose last top-level definition in `source` is still a stub."""
+    last = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names:
+            last[node.name] = _is_stub(node.body)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                if isinstance(target, ast.Name) and target.id in names:
+                    last[target.id] = False               # made some other way: taken as written
+    return [n for n in names if last.get(n)]
+
+
 def pytest_configure(config):
     # Long tracebacks bury the one line that matters; an explicit --tb still wins.
     if config.option.tbstyle == "auto":
         config.option.tbstyle = "short"
+    config.addinivalue_line("markers", "needs(*functions): the test calls these functions of the "
+                                       "submission; it does not run while one is not written yet")
 
 
 class _CrashWitness:
@@ -185,7 +233,41 @@ def pytest_sessionstart(session):
     _witness = _CrashWitness()
     _witness.say(f"the import of {path.name}")
     session.config.stash[_MODULE_KEY] = _load(path)
+    missing = unwritten(path.read_text(encoding="utf-8-sig"))
+    session.config.stash[_UNWRITTEN_KEY] = missing
+    if missing:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(NOT_WRITTEN + ", ".join(missing))
     _witness.say("the collection of the tests")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that need a function still unwritten do not run: each would fail with the same
+    NotImplementedError, which the one line at the top already says."""
+    missing = set(config.stash.get(_UNWRITTEN_KEY, ()))
+    if not missing:
+        return
+    keep, drop = [], []
+    for item in items:
+        needs = {f for m in item.iter_markers("needs") for f in m.args}
+        (drop if needs & missing else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    missing = config.stash.get(_UNWRITTEN_KEY, ())
+    if missing:
+        terminalreporter.write_line(f"{NOT_WRITTEN}{', '.join(missing)} (the tests that need "
+                                    f"{'it' if len(missing) == 1 else 'them'} did not run)")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # A file with a function still to write is not finished, whatever the tests that ran said.
+    if session.config.stash.get(_UNWRITTEN_KEY, ()) and exitstatus in (0, 5):
+        session.exitstatus = 1
 
 
 def pytest_runtest_logstart(nodeid, location):

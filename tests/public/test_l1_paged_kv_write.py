@@ -3,19 +3,33 @@
     python -m pytest tests -q                       # tests ./l1_paged_kv_write.py
     python -m pytest tests -q --submission FILE.py  # or any other file
 
-Sizes are kept small so that the whole suite runs on a CPU through the Triton
-interpreter. The graded suite uses other, random inputs.
+Every area of the grade has at least one test here, named in its docstring or the comment in
+it; the statement's "What only the grader checks" lists the rest. Sizes are kept small so that
+the whole suite runs on a CPU through the Triton interpreter in seconds; the graded suite uses
+other, random inputs.
 
 Every cache sits between two guard blocks of memory the test owns: a store at slot -1
 (an unskipped padding token) or one value past the last slot lands there and fails the
 test with a hint, instead of crashing the interpreter or going unseen.
 """
+import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
 import torch
+
+from l1_watch import watched
+
+HAS_CUDA = torch.cuda.is_available()
+
+# What each test calls: while one of these is still the template's stub, the test does not
+# run (conftest.py prints "not written yet: ..." instead).
+SLOT_MAPPING = pytest.mark.needs("slot_mapping")
+CHECKS = pytest.mark.needs("reshape_and_cache")
+WRITE = pytest.mark.needs("reshape_and_cache", "reshape_and_cache_kernel")
 
 # The lesson's hand-computed example: block_size 4, two sequences, three new tokens.
 LESSON_BLOCK_SIZE = 4
@@ -62,6 +76,7 @@ def call_slot_mapping(sub, device, table, tokens, block_size,
 
 # --- slot_mapping -------------------------------------------------------------
 
+@SLOT_MAPPING
 @pytest.mark.parametrize("table_dtype", [torch.int32, torch.int64], ids=["int32", "int64"])
 def test_slot_mapping_lesson_table(sub, device, table_dtype):
     got = call_slot_mapping(sub, device, LESSON_TABLE, LESSON_TOKENS, LESSON_BLOCK_SIZE,
@@ -70,6 +85,7 @@ def test_slot_mapping_lesson_table(sub, device, table_dtype):
     assert got.tolist() == LESSON_SLOTS
 
 
+@SLOT_MAPPING
 def test_slot_mapping_self_test_1(sub, device):
     # block_size 16, block table [4, 11, 2], position 40: slot 40, equal to the
     # position only by coincidence.
@@ -77,6 +93,7 @@ def test_slot_mapping_self_test_1(sub, device):
     check_slots(got, [[4, 11, 2]], [(0, 40)], 16)
 
 
+@SLOT_MAPPING
 def test_slot_mapping_self_test_2(sub, device):
     # A sequence 33 tokens long with block_size 16 holds ceil(33/16) = 3 blocks, 48 slots,
     # of which 15 are still empty (a contiguous reservation of 4096 would leave 4063).
@@ -89,6 +106,7 @@ def test_slot_mapping_self_test_2(sub, device):
     assert 16 * len(blocks) - len(set(got.tolist())) == 15
 
 
+@SLOT_MAPPING
 def test_slot_mapping_leaves_its_inputs_alone(sub, device):
     table = torch.tensor(LESSON_TABLE, dtype=torch.int32, device=device)
     seq_idx = torch.tensor([s for s, _ in LESSON_TOKENS], dtype=torch.int64, device=device)
@@ -103,6 +121,7 @@ def test_slot_mapping_leaves_its_inputs_alone(sub, device):
              f"(the scheduler reuses them)")
 
 
+@SLOT_MAPPING
 def test_slot_mapping_positions_are_per_sequence(sub, device):
     # A mixed batch: a prefill of 7 tokens for sequence 2 and one decode token for
     # each of the others. A position counts inside its own sequence, never in the batch.
@@ -113,6 +132,7 @@ def test_slot_mapping_positions_are_per_sequence(sub, device):
     check_slots(got, table, tokens, block_size)
 
 
+@SLOT_MAPPING
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64], ids=["int32", "int64"])
 def test_slot_mapping_is_int64(sub, device, index_dtype):
     # Physical block 2**28 with block_size 16 gives slot 2**32, which int32 cannot hold.
@@ -124,6 +144,93 @@ def test_slot_mapping_is_int64(sub, device, index_dtype):
         fail(f"slot_mapping returned {dtype}; slots must be int64 because slot*H*D passes "
              f"2**31 on a large cache (convert the gathered block with .long() before multiplying)")
     check_slots(got, table, tokens, 16)
+
+
+@SLOT_MAPPING
+@pytest.mark.parametrize("block_size", [1, 3, 32])
+def test_slot_mapping_random_tables(sub, device, block_size):
+    # area slot_mapping: the graded block sizes run from 1 to 32.
+    gen = torch.Generator().manual_seed(block_size)
+    S, W = 5, 6
+    table = torch.randperm(S * W + 20, generator=gen)[:S * W].view(S, W).tolist()
+    tokens = [(s, p) for s in range(S)
+              for p in torch.randint(0, W * block_size, (4,), generator=gen).tolist()]
+    got = call_slot_mapping(sub, device, table, tokens, block_size)
+    check_slots(got, table, tokens, block_size)
+
+
+# area slot_mapping, its speed: the grader maps 2,000,000 tokens and counts the work the call
+# does, with these limits (tests/hidden: test_two_million_tokens_as_fast_as_one_gather). A count
+# is the same on a laptop and on the grader's machine, where a time is not. Here the batch is
+# 2**20 tokens and the table 64 blocks wide, so that a wrong form costs a laptop little memory.
+SPEED_T, SPEED_S, SPEED_W, SPEED_BS = 1 << 20, 512, 64, 16
+OPS_LIMIT = 100            # calls into PyTorch (one gather makes about 6)
+LINES_LIMIT = 200          # lines of your file run
+ITEMS_LIMIT = 100          # tensor elements turned into Python numbers by .tolist()
+OBJECTS_LIMIT = 250_000    # Python objects alive at once
+ALLOC_FACTOR = 4           # largest tensor allocated / bytes of the three inputs
+GATHER = "Gather the whole batch at once with block_table[seq_idx, positions // block_size]."
+
+
+def counted_mistake(counted, capped, input_bytes):
+    """Why the counted work is not one vectorised gather, or None."""
+    T = f"{SPEED_T:,}"
+    stopped = " before the test stopped it" if capped else ""
+    if counted["ops"] > OPS_LIMIT:
+        return (f"on {T} tokens slot_mapping made more than {OPS_LIMIT} calls into PyTorch{stopped} "
+                f"({counted['ops']:,} counted; one gather makes about 6, whatever the number of "
+                f"tokens): a Python loop over the tokens (or the sequences) calls PyTorch on every "
+                f"step. {GATHER}")
+    if counted["items"] > ITEMS_LIMIT:
+        return (f"slot_mapping turned {counted['items']:,} tensor elements into Python numbers with "
+                f".tolist(){stopped}, on {T} tokens: walking them one at a time (a list "
+                f"comprehension, a loop, map) is one Python step per token. {GATHER}")
+    if counted["lines"] > LINES_LIMIT:
+        return (f"on {T} tokens slot_mapping ran more than {LINES_LIMIT} lines of your file{stopped} "
+                f"({counted['lines']:,} counted; one gather is a line or three): a loop of some kind "
+                f"steps through the tokens. {GATHER}")
+    if counted["python_objects"] > OBJECTS_LIMIT:
+        return (f"slot_mapping held {counted['python_objects']:,} Python objects at once{stopped} on "
+                f"{T} tokens: a list of a Python number per token is one Python step per token, "
+                f"however it is walked. {GATHER}")
+    if counted["max_alloc_bytes"] > ALLOC_FACTOR * input_bytes:
+        alloc = counted["max_alloc_bytes"]
+        return (f"slot_mapping allocated a tensor of {alloc / 2**20:,.0f} MiB on {T} tokens, "
+                f"{alloc / input_bytes:.0f} times the {input_bytes / 2**20:.1f} MiB of its inputs: "
+                f"a T x blocks intermediate (block_table[seq_idx] is every token's whole row of the "
+                f"table) built before one entry per token is picked. Index both dimensions at once: "
+                f"block_table[seq_idx, positions // block_size].")
+    return None
+
+
+@SLOT_MAPPING
+def test_slot_mapping_is_vectorised(sub, device):
+    """area slot_mapping: 2**20 tokens mapped by vectorised work, counted as the grader counts it"""
+    gen = torch.Generator().manual_seed(11)
+    table = torch.randperm(SPEED_S * SPEED_W + 1000, generator=gen)[:SPEED_S * SPEED_W]
+    table = table.view(SPEED_S, SPEED_W).int().to(device)
+    seq_idx = torch.randint(0, SPEED_S, (SPEED_T,), generator=gen).to(device)
+    positions = torch.randint(0, SPEED_W * SPEED_BS, (SPEED_T,), generator=gen).to(device)
+    sub.slot_mapping(table[:2], seq_idx[:4] % 2, positions[:4], SPEED_BS)   # a first call: not counted
+    inputs = {"block_table": table, "seq_idx": seq_idx, "positions": positions, "block_size": SPEED_BS}
+    input_bytes = sum(t.numel() * t.element_size() for t in (table, seq_idx, positions))
+    caps = {"ops": OPS_LIMIT, "lines": LINES_LIMIT, "items": ITEMS_LIMIT,
+            "python_objects": OBJECTS_LIMIT, "max_alloc_bytes": ALLOC_FACTOR * input_bytes}
+    watch, result, error = watched(sub.slot_mapping, inputs, count=caps, source=sub.__file__)
+    work = watch.work
+    mistake = counted_mistake(work.counts, work.capped, input_bytes)
+    if mistake:
+        fail(mistake)
+    if not work.intact:
+        fail("the count of slot_mapping's work was switched off while it ran (sys.settrace, "
+             "PyTorch's dispatch mode or Tensor.tolist replaced), and the grader fails that too. "
+             "Leave the interpreter's hooks alone. " + GATHER)
+    if error is not None:
+        raise error
+    want = table[seq_idx, positions // SPEED_BS].long() * SPEED_BS + positions % SPEED_BS
+    if not (isinstance(result, torch.Tensor) and torch.equal(result.long(), want)):
+        fail("wrong slots on a batch of 2**20 tokens: slot = block_table[seq, pos // block_size] "
+             "* block_size + pos % block_size, per token")
 
 
 # --- reshape_and_cache ----------------------------------------------------------
@@ -196,47 +303,94 @@ def check_cache(name, c, src, slots, hint=""):
         fail(f"{name}: slots {stray[:8]} changed although no token maps to them{why}{hint}")
 
 
-def write(sub, key, value, k, v, slots):
+# The lesson's named pitfall (its kernel section): `(offs < HD) & (slot >= 0)` ANDs a vector
+# with a scalar, which the GPU compiles and the CPU interpreter rejects with this message.
+AND_MASK = "mask has unsupported dtype"
+
+
+def triton_error(exc):
+    """Whether the exception comes from Triton (compiling or interpreting a kernel), whose
+    traceback runs through Triton's own code and says nothing the message does not."""
+    return any(type(e).__module__.split(".")[0] == "triton" for e in (exc, exc.__cause__) if e is not None)
+
+
+def line_in_submission(sub, exc):
+    """' (line N of your file)' for the deepest frame of the submission in exc or its cause."""
+    import traceback
+    line = None
+    for e in (exc, exc.__cause__, exc.__context__):
+        if e is None:
+            continue
+        for frame in traceback.extract_tb(e.__traceback__):
+            if frame.filename == sub.__file__:
+                line = frame.lineno
+    return f" (line {line} of your file)" if line else ""
+
+
+def write(sub, key, value, k_cache, v_cache, slots):
     try:
-        result = sub.reshape_and_cache(key, value, k.cache, v.cache, slots)
+        sub.reshape_and_cache(key, value, k_cache, v_cache, slots)
     except Exception as exc:
-        text = f"{type(exc).__name__}: {exc}"
-        if "power of 2" in text or "power of two" in text:
-            fail(f"reshape_and_cache raised on H*D = {key.shape[1] * key.shape[2]}, which is not a "
-                 f"power of two: tl.arange needs a power-of-two length, so launch with "
-                 f"BLOCK = triton.next_power_of_2(H*D) and mask offs < H*D ({text.splitlines()[0]})")
-        raise
-    if result is not None:
-        fail(f"reshape_and_cache writes the caches in place and returns None, "
-             f"not {type(result).__name__}")
+        explain(sub, exc, key)
+
+
+def explain(sub, exc, key):
+    """Fail with a hint for an error reshape_and_cache raised on valid input; an error of plain
+    Python in your own code is raised again, with its traceback."""
+    text = f"{type(exc).__name__}: {exc}"
+    first = (text.splitlines() or [""])[0]
+    where = line_in_submission(sub, exc)
+    if AND_MASK in text:
+        fail(f"the kernel's mask ANDs a vector condition with a scalar one, as "
+             f"(offs < HD) & (slot >= 0) does: the pitfall the lesson names in its kernel "
+             f"section. The GPU compiles it, but Triton's CPU interpreter rejects it "
+             f"(\"{AND_MASK}\"){where}. Fold the padding test into the mask's bound instead, which "
+             f"runs on both: a bound of 0 for a padding token and HD for the others, then "
+             f"mask = offs < bound")
+    if "power of 2" in text or "power of two" in text:
+        fail(f"reshape_and_cache raised on H*D = {key.shape[1] * key.shape[2]}, which is not a "
+             f"power of two: tl.arange needs a power-of-two length, so launch with "
+             f"BLOCK = triton.next_power_of_2(H*D) and mask offs < H*D ({first}){where}")
+    if triton_error(exc):
+        # One line: the rest of such a traceback is Triton's own code.
+        last = [ln for ln in text.splitlines() if ln.strip()]
+        fail(f"the kernel failed in Triton{where}: {last[-1] if last else first}")
+    raise exc
 
 
 def write_and_check(sub, key, value, slots, hint="", dtype=torch.float16):
     H, D = key.shape[1], key.shape[2]
     k, v = random_caches(H, D, key.device, dtype)
     # What must land comes from copies: a write that also changes key or value in place is
-    # test_inputs_are_read_only's finding, not a wrong cache.
+    # test_key_and_value_are_read_only's finding, not a wrong cache.
     key0, value0, slots0 = key.clone(), value.clone(), slots.clone()
-    write(sub, key, value, k, v, slots)
+    write(sub, key, value, k.cache, v.cache, slots)
     check_cache("k_cache", k, key0, slots0, hint)
     check_cache("v_cache", v, value0, slots0, hint)
 
 
-@pytest.mark.parametrize("H, D, T", [(2, 64, 5), (4, 128, 16), (8, 128, 9)],
-                         ids=["H2-D64-T5", "H4-D128-T16", "H8-D128-T9"])
-def test_write_small(sub, device, H, D, T):
+# area write: the graded H runs from 1 to 32, D from 64 to 256, H*D up to 4096, in fp16, bf16
+# and fp32 (the statement's table of graded shapes).
+@WRITE
+@pytest.mark.parametrize("H, D, T, dtype", [(2, 64, 5, torch.float16), (4, 128, 16, torch.float16),
+                                            (8, 128, 9, torch.bfloat16), (1, 256, 6, torch.float32),
+                                            (32, 128, 3, torch.float16)],
+                         ids=["H2-D64-T5", "H4-D128-T16", "H8-D128-T9-bf16", "H1-D256-T6-fp32",
+                              "H32-D128-T3"])
+def test_write_small(sub, device, H, D, T, dtype):
     torch.manual_seed(H * D + T)
-    key = torch.randn(T, H, D, dtype=torch.float16, device=device)
-    value = torch.randn(T, H, D, dtype=torch.float16, device=device)
-    write_and_check(sub, key, value, distinct_slots(T, device))
+    key = torch.randn(T, H, D, device=device).to(dtype)
+    value = torch.randn(T, H, D, device=device).to(dtype)
+    write_and_check(sub, key, value, distinct_slots(T, device), dtype=dtype)
 
 
+@WRITE
 @pytest.mark.parametrize("H, D, dtype", [(3, 80, torch.float16), (3, 80, torch.bfloat16),
                                          (3, 80, torch.float32), (2, 96, torch.float16)],
                          ids=["H3-D80-fp16", "H3-D80-bf16", "H3-D80-fp32", "H2-D96-fp16"])
 def test_write_when_hd_is_not_a_power_of_two(sub, device, H, D, dtype):
-    # H*D = 240 and 192: tl.arange runs over the next power of two, and the mask keeps the
-    # extra lanes away from the next slot.
+    # area write: H*D = 240 and 192: tl.arange runs over the next power of two, and the mask
+    # keeps the extra lanes away from the next slot.
     torch.manual_seed(H * D)
     T = 12
     key = torch.randn(T, H, D, device=device).to(dtype)
@@ -244,9 +398,11 @@ def test_write_when_hd_is_not_a_power_of_two(sub, device, H, D, dtype):
     write_and_check(sub, key, value, distinct_slots(T, device), dtype=dtype)
 
 
+@WRITE
 @pytest.mark.parametrize("slots", [[-1, 5, 0, -1, 17, -1], [-1, -1, -1]],
                          ids=["mixed", "all-padding"])
 def test_padding_token_writes_nothing(sub, device, slots):
+    # area padding
     torch.manual_seed(1)
     H, D = 2, 64
     T = len(slots)
@@ -257,7 +413,9 @@ def test_padding_token_writes_nothing(sub, device, slots):
     write_and_check(sub, key, value, slots, hint)
 
 
+@WRITE
 def test_key_value_are_views_of_fused_qkv(sub, device):
+    # area strided_qkv
     torch.manual_seed(2)
     T, H, D = 7, 4, 64
     qkv = torch.randn(T, 3, H, D, dtype=torch.float16, device=device)
@@ -267,11 +425,12 @@ def test_key_value_are_views_of_fused_qkv(sub, device):
     write_and_check(sub, key, value, distinct_slots(T, device), hint)
 
 
+@WRITE
 @pytest.mark.parametrize("strided", ["key", "value"])
 def test_key_and_value_with_different_token_strides(sub, device, strided):
-    # One of them a view of a fused QKV tensor (stride 3*H*D), the other contiguous
-    # (stride H*D): each must be read with its own stride. The contiguous one is the front
-    # of a larger buffer, so that reading it with the other's stride stays in owned memory.
+    # area strided_qkv: one of them a view of a fused QKV tensor (stride 3*H*D), the other
+    # contiguous (stride H*D): each must be read with its own stride. The contiguous one is the
+    # front of a larger buffer, so that reading it with the other's stride stays in owned memory.
     torch.manual_seed(5)
     T, H, D = 9, 2, 64
     view = torch.randn(T, 3, H, D, dtype=torch.float16, device=device)[:, 1]
@@ -282,29 +441,32 @@ def test_key_and_value_with_different_token_strides(sub, device, strided):
     write_and_check(sub, key, value, distinct_slots(T, device), hint)
 
 
-def test_inputs_are_read_only(sub, device):
+@WRITE
+def test_key_and_value_are_read_only(sub, device):
+    # area write: key and value hold after the call what they held before.
     torch.manual_seed(6)
     T, H, D = 8, 2, 64
     key = torch.randn(T, H, D, dtype=torch.float16, device=device)
     value = torch.randn(T, H, D, dtype=torch.float16, device=device)
     slots = distinct_slots(T, device)
     slots[3] = -1
-    before = {name: x.clone() for name, x in (("key", key), ("value", value), ("slot_mapping", slots))}
+    before = {"key": key.clone(), "value": value.clone()}
     write_and_check(sub, key, value, slots)
-    changed = [name for name, x in (("key", key), ("value", value), ("slot_mapping", slots))
+    changed = [name for name, x in (("key", key), ("value", value))
                if not torch.equal(bits(x), bits(before[name]))]
     if changed:
-        fail(f"reshape_and_cache changed its {' and '.join(changed)} argument: key, value and "
-             f"slot_mapping are inputs, only read and copied (a softmax scale, say, belongs to "
-             f"the attention kernel)")
+        fail(f"reshape_and_cache changed its {' and '.join(changed)} argument: key and value are "
+             f"inputs, only read and copied (a softmax scale, say, belongs to the attention kernel)")
 
 
+@WRITE
 def test_zero_tokens_is_a_no_op(sub, device):
+    # area write
     H, D = 2, 64
     key = torch.empty(0, H, D, dtype=torch.float16, device=device)
     value = torch.empty(0, H, D, dtype=torch.float16, device=device)
     k, v = random_caches(H, D, device)
-    write(sub, key, value, k, v, torch.empty(0, dtype=torch.int64, device=device))
+    write(sub, key, value, k.cache, v.cache, torch.empty(0, dtype=torch.int64, device=device))
     if not (torch.equal(k.buf, k.before) and torch.equal(v.buf, v.before)):
         fail("with T = 0 there is nothing to write, but the caches changed")
 
@@ -320,47 +482,228 @@ def expect_rejected(call, why):
          f"before writing anything")
 
 
+def bad_cache(kind, H, D, device):
+    """(the tensor that owns the memory, a non-contiguous [NUM_BLOCKS, BLOCK_SIZE, H, D] view)"""
+    if kind == "head_slice":
+        # the lesson's example: k_cache[:, :, :H] of a cache with more heads
+        base = torch.randn(NUM_BLOCKS, BLOCK_SIZE, 2 * H, D, dtype=torch.float16, device=device)
+        return base, base[:, :, :H]
+    # blocks not outermost: a [BLOCK_SIZE, NUM_BLOCKS, H, D] tensor seen transposed
+    base = torch.randn(BLOCK_SIZE, NUM_BLOCKS, H, D, dtype=torch.float16, device=device)
+    return base, base.transpose(0, 1)
+
+
+@CHECKS
+@pytest.mark.parametrize("kind", ["head_slice", "transposed"])
 @pytest.mark.parametrize("which", ["k_cache", "v_cache"])
-def test_non_contiguous_cache_is_rejected(sub, device, which):
+def test_non_contiguous_cache_is_rejected(sub, device, which, kind):
+    # area validation
     torch.manual_seed(3)
     T, H, D = 4, 2, 64
     key = torch.randn(T, H, D, dtype=torch.float16, device=device)
     value = torch.randn(T, H, D, dtype=torch.float16, device=device)
-    # A view that keeps the first H of 2H heads: every slot*H*D offset would be wrong.
-    wide = torch.randn(NUM_BLOCKS, BLOCK_SIZE, 2 * H, D, dtype=torch.float16, device=device)
+    base, bad = bad_cache(kind, H, D, device)
     other = torch.randn(NUM_BLOCKS, BLOCK_SIZE, H, D, dtype=torch.float16, device=device)
-    wide_before, other_before = wide.clone(), other.clone()
-    caches = {which: wide[:, :, :H], ("v_cache" if which == "k_cache" else "k_cache"): other}
+    base_before, other_before = base.clone(), other.clone()
+    caches = {which: bad, ("v_cache" if which == "k_cache" else "k_cache"): other}
     expect_rejected(
         lambda: sub.reshape_and_cache(key, value, caches["k_cache"], caches["v_cache"],
                                       distinct_slots(T, device)),
-        f"{which} is wide[:, :, :{H}], a non-contiguous view (strides "
-        f"{caches[which].stride()}), so slot*H*D does not address its slots")
-    if not (torch.equal(wide, wide_before) and torch.equal(other, other_before)):
+        f"{which} is a non-contiguous view ({kind}, strides {bad.stride()}), so slot*H*D does "
+        f"not address its slots")
+    if not (torch.equal(base, base_before) and torch.equal(other, other_before)):
         fail("the caches changed before the non-contiguous cache was rejected; "
              "check the inputs before launching the kernel")
 
 
-def test_key_with_non_contiguous_rows_is_rejected(sub, device):
+@CHECKS
+@pytest.mark.parametrize("kind", ["head_padded", "transposed"])
+@pytest.mark.parametrize("which", ["key", "value"])
+def test_non_contiguous_heads_are_rejected(sub, device, which, kind):
+    # area validation: only the token dimension may have any stride, for key and value alike.
     torch.manual_seed(4)
     T, H, D = 4, 2, 64
-    key = torch.randn(T, H, 2 * D, dtype=torch.float16, device=device)[:, :, :D]
-    value = torch.randn(T, H, D, dtype=torch.float16, device=device)
+    if kind == "head_padded":
+        bad = torch.randn(T, H, 2 * D, dtype=torch.float16, device=device)[:, :, :D]
+    else:
+        bad = torch.randn(T, D, H, dtype=torch.float16, device=device).transpose(1, 2)
+    good = torch.randn(T, H, D, dtype=torch.float16, device=device)
+    key, value = (bad, good) if which == "key" else (good, bad)
     k, v = random_caches(H, D, device)
     expect_rejected(
         lambda: sub.reshape_and_cache(key, value, k.cache, v.cache, distinct_slots(T, device)),
-        f"key has strides {key.stride()}: its [H, D] is not one contiguous run of H*D values")
+        f"{which} has strides {bad.stride()} ({kind}): its [H, D] is not one contiguous run of "
+        f"H*D values")
     if not (torch.equal(k.buf, k.before) and torch.equal(v.buf, v.before)):
-        fail("the caches changed before the bad key was rejected; "
-             "check the inputs before launching the kernel")
+        fail(f"the caches changed before the bad {which} was rejected; "
+             f"check the inputs before launching the kernel")
 
 
-# --- int64 offsets (GPU only, opt-in) -----------------------------------------------
+# --- who writes the caches: kernel_write and policy -------------------------------
+
+# A small call, made as the grader makes it: the caches start as zeros, and the call is watched
+# (l1_watch.py) for the Triton launches it makes and the PyTorch operations that write the
+# caches outside them.
+POLICY_SHAPE = dict(T=6, H=2, D=32, BS=4, NB=8)
+GATE = ("Until this passes, write, padding, strided_qkv and int64_overflow earn no points (60 in "
+        "all): the assignment is a Triton kernel, and a PyTorch write of the caches is not one.")
+
+
+def watched_write(sub, device, hold):
+    T, H, D, BS, NB = (POLICY_SHAPE[k] for k in ("T", "H", "D", "BS", "NB"))
+    gen = torch.Generator().manual_seed(8)
+    key = torch.randn(T, H, D, generator=gen).to(device)
+    value = torch.randn(T, H, D, generator=gen).to(device)
+    slots = torch.randperm(NB * BS, generator=gen)[:T].to(device)
+    k_cache = torch.zeros(NB, BS, H, D, device=device)
+    v_cache = torch.zeros(NB, BS, H, D, device=device)
+    args = {"key": key, "value": value, "k_cache": k_cache, "v_cache": v_cache, "slot_mapping": slots}
+    watch, _, error = watched(sub.reshape_and_cache, args, hold=hold)
+    if error is not None:
+        explain(sub, error, key)
+    if watch.launches is None:
+        pytest.skip("this version of Triton offers no launch hook, so launches cannot be counted "
+                    "here; the grader's Triton does")
+    return watch, k_cache, v_cache
+
+
+def cache_writes(watch):
+    return ", ".join(f"{op} on {name}" for name, op in watch.writes if name in ("k_cache", "v_cache"))
+
+
+@WRITE
+def test_a_triton_kernel_writes_the_caches(sub, device):
+    """area kernel_write: a Triton kernel is launched, and the caches come out the same with
+    every PyTorch write of them held back"""
+    _, k_cache, v_cache = watched_write(sub, device, hold=False)
+    held, held_k, held_v = watched_write(sub, device, hold=True)
+    if held.launches == 0:
+        fail("reshape_and_cache returned without launching any Triton kernel: launch your "
+             "@triton.jit kernel as kernel[grid](...). " + GATE)
+    if not (k_cache.count_nonzero() or v_cache.count_nonzero()):
+        fail("after the call both caches were still all zeros: nothing was written. Store each "
+             "token's K and V rows with tl.store in your kernel. " + GATE)
+    if not (torch.equal(k_cache, held_k) and torch.equal(v_cache, held_v)):
+        fail(f"with PyTorch's writes of the caches held back ({cache_writes(held) or 'none seen'}) "
+             f"the caches came out otherwise: those writes, not your kernel, stored the rows. Store "
+             f"them with tl.store in the kernel. " + GATE)
+
+
+@WRITE
+def test_no_pytorch_operation_writes_the_caches(sub, device):
+    """area policy: the caches are written by the Triton kernel launched from reshape_and_cache,
+    and by no PyTorch operation"""
+    watch, k_cache, v_cache = watched_write(sub, device, hold=False)
+    if watch.launches == 0:
+        fail("reshape_and_cache returned without launching any Triton kernel: launch your "
+             "@triton.jit kernel as kernel[grid](...)")
+    writes = cache_writes(watch)
+    if writes:
+        fail(f"PyTorch wrote the caches outside any Triton kernel: {writes}. The stores into "
+             f"k_cache and v_cache must be tl.store in your kernel; a kernel launched beside a "
+             f"PyTorch write does not make it a Triton write (a torch.library.custom_op or "
+             f"triton_op whose body launches the kernel counts as the kernel's write)")
+    if not (k_cache.count_nonzero() or v_cache.count_nonzero()):
+        fail("after the call both caches were still all zeros: the kernel launched wrote nothing")
+
+
+# --- int64 offsets: area int64_overflow ------------------------------------------
 
 # The graded shape: 100,000 blocks x 16 x 32 heads x 128, so H*D = 4096 and slot*H*D passes
 # 2**31 from slot 524,288 on and 2**32 from slot 1,048,576 on. No smaller cache can show an
-# int32 offset, which is why every other test here passes with one.
+# int32 offset. On a CPU the two 13 GB caches are sparse files: only the rows written take
+# memory or disk. On a GPU they need 26 GB of its memory, so that test is opt-in.
 OVERFLOW_SHAPE = (100_000, 16, 32, 128)
+
+
+def sparse_cache(folder, name, numel):
+    """A zeroed fp16 tensor of `numel` values backed by a sparse file, or None where the file
+    system gives the file its whole size at once."""
+    path = os.path.join(folder, name)
+    with open(path, "wb") as f:
+        f.truncate(2 * numel)
+    if os.stat(path).st_blocks * 512 > 1 << 20:
+        return None
+    return torch.from_file(path, shared=True, size=numel, dtype=torch.float16)
+
+
+def interpreter_copies_whole_tensors(folder):
+    """Whether this Triton's interpreter copies a tensor argument back whole after a launch (some
+    versions do): on a 13 GB sparse cache that would write 13 GB of zeros to disk."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def touch_one(ptr):
+        tl.store(ptr, tl.load(ptr) + 1)
+    probe = sparse_cache(folder, "probe", 64 << 20)
+    if probe is None:
+        return True
+    touch_one[(1,)](probe)
+    return os.stat(os.path.join(folder, "probe")).st_blocks * 512 > 16 << 20
+
+
+def int64_annotations(sub):
+    """'kernel.param: tl.int64' for each parameter of a Triton kernel in the file annotated int64."""
+    import inspect
+    found = []
+    for name, obj in vars(sub).items():
+        fn = obj
+        while hasattr(fn, "fn"):                      # JITFunction, and autotune/heuristics around it
+            fn = fn.fn
+        if not inspect.isfunction(fn) or fn is obj:
+            continue
+        for param, note in inspect.get_annotations(fn).items():
+            if "int64" in str(note) or str(note) == "i64":
+                found.append(f"{name}.{param}: tl.int64")
+    return found
+
+
+@WRITE
+def test_offsets_past_2_32_on_sparse_caches(sub):
+    """Writes 6 tokens into two zeroed fp16 caches of 100,000 x 16 x 32 x 128 (13 GB each, sparse
+    files), three at slots whose offset slot*H*D passes 2**32, and checks that each row lands at
+    its slot and nothing lands 2**32 values early, where an int32 offset wraps to. CPU only."""
+    if HAS_CUDA:
+        pytest.skip("on a GPU these caches take 26 GB of its memory: run with --overflow for "
+                    "test_offsets_past_2_31_on_the_graded_cache")
+    NB, BS, H, D = OVERFLOW_SHAPE
+    HD, numel = H * D, NB * BS * H * D
+    wrap = 2 ** 32 // HD                     # an int32 offset of slot s lands at row s - wrap
+    # Slots whose int32 offset wraps back inside the cache (never before it, which would crash
+    # the interpreter), one just below 2**31, and small ones right either way.
+    slots = [wrap + 17, wrap + 40_000, wrap + 300_001, 2 ** 31 // HD - 1, 3, 1234]
+    with tempfile.TemporaryDirectory() as folder:
+        if interpreter_copies_whole_tensors(folder):
+            pytest.skip("this file system or this Triton's interpreter would fill 26 GB for these "
+                        "caches; the grader runs this check")
+        k_cache, v_cache = (sparse_cache(folder, name, numel) for name in ("k", "v"))
+        k_cache, v_cache = k_cache.view(NB, BS, H, D), v_cache.view(NB, BS, H, D)
+        gen = torch.Generator().manual_seed(9)
+        key = torch.randn(len(slots), H, D, generator=gen).half()
+        value = torch.randn(len(slots), H, D, generator=gen).half()
+        key0, value0 = key.clone(), value.clone()   # a key changed in place is another test's finding
+        write(sub, key, value, k_cache, v_cache, torch.tensor(slots))
+        bad, early = [], []
+        for cache, src in ((k_cache.view(-1, HD), key0), (v_cache.view(-1, HD), value0)):
+            bad += [s for t, s in enumerate(slots) if not torch.equal(cache[s], src[t].reshape(-1))]
+            early += [s for s in slots if s >= wrap and bool(cache[s - wrap].any())]
+        del k_cache, v_cache
+    annotated = int64_annotations(sub)
+    if (early or bad) and annotated:
+        pytest.skip(f"your kernel makes its offsets int64 through an annotation ({', '.join(annotated)}): "
+                    f"the GPU honours it, and the graded run on the H200 checks it, but the CPU "
+                    f"interpreter ignores annotations, so this run cannot. Convert explicitly "
+                    f"(slot.to(tl.int64)) to check it here, or run --overflow on a GPU")
+    if early:
+        fail(f"rows of slots {sorted(set(early))} landed 2**32 values early, on slots "
+             f"{sorted({s - wrap for s in early})}: slot*H*D overflowed int32 and wrapped. Convert "
+             f"the slot to int64 before multiplying: slot.to(tl.int64) * HD")
+    if bad:
+        fail(f"the rows of slots {sorted(set(bad))} are not where they belong on the 100,000-block "
+             f"cache: offsets past 2**31 must be computed in int64 (slot.to(tl.int64) * HD)")
+
+
 OVERFLOW_SCRIPT = textwrap.dedent('''
     import importlib.util, sys, torch
     spec = importlib.util.spec_from_file_location("l1_submission", sys.argv[1])
@@ -386,14 +729,13 @@ OVERFLOW_SCRIPT = textwrap.dedent('''
 ''' % (OVERFLOW_SHAPE,))
 
 
+@WRITE
 def test_offsets_past_2_31_on_the_graded_cache(submission_path, overflow_requested):
     """Writes 8 tokens into two zeroed fp16 caches of 100,000 x 16 x 32 x 128 (13 GB each),
     at slots whose offset slot*H*D passes 2**31 and 2**32, and checks that each row lands at
     its slot and nothing lands 2**32 values early, where an int32 offset wraps to."""
     if not torch.cuda.is_available():
-        pytest.skip("GPU only: would write slots whose slot*H*D passes 2**31 and 2**32 into two "
-                    "13 GB caches of 100,000 x 16 x 32 x 128 and check every row lands at its "
-                    "slot (an int32 offset wraps); no CPU run of this suite can show that")
+        pytest.skip("GPU only: on a CPU, test_offsets_past_2_32_on_sparse_caches checks the same")
     if not overflow_requested:
         pytest.skip("opt-in (26 GB of GPU memory): run with --overflow or L1_OVERFLOW=1 to check "
                     "that offsets past 2**31 land where they belong")
@@ -406,10 +748,10 @@ def test_offsets_past_2_31_on_the_graded_cache(submission_path, overflow_request
     if proc.returncode != 0:
         last = next(iter(reversed([ln for ln in proc.stderr.splitlines() if ln.strip()])), "")
         fail(f"the write on the 100,000-block cache failed ({last}): an offset past 2**31 "
-             f"computed in int32 wraps to a negative address. Convert the slot (and the token "
-             f"index) to int64 before multiplying: slot.to(tl.int64) * HD")
+             f"computed in int32 wraps to a negative address. Convert the slot to int64 before "
+             f"multiplying: slot.to(tl.int64) * HD")
     result = proc.stdout.strip().splitlines()[-1]
     if result != "bad=[] wrapped_hits=0":
         fail(f"rows past 2**31 are not where they belong ({result}): slot*H*D overflowed int32, so "
-             f"rows landed 2**32 values early on other slots' data. Compute every offset in int64 "
+             f"rows landed 2**32 values early on other slots' data. Compute slot*H*D in int64 "
              f"(slot.to(tl.int64) * HD)")
