@@ -6,10 +6,12 @@
 2. The reference graded N times cold (`python -m grader grade`) beside a copy loop of another
    process: each must score full marks, or full marks outside a performance area that was not
    measured (to be regraded).
-3. A class of the gpu_thread_twin corpus entry (the reference plus a thread that copies GPU
-   memory in bursts from import) and N distinct reference copies, graded K times with
+3. A class of one noisy corpus entry (--noisy: gpu_thread_twin, the reference plus a thread that
+   copies GPU memory in bursts from import; or gpu_work_after_return, which leaves seconds of
+   GPU work queued after every call) and N distinct reference copies, graded K times with
    `grade-all --jobs J`: every reference copy must score full marks.
-4. With --rate-copies M: M reference copies alone, for the class rate (gradings a minute).
+4. With --rate-copies M: M reference copies alone, for the class rate (gradings a minute) to
+   set beside the noisy classes' rate.
 Prints a table per check and exits 1 if any check failed.
 """
 from __future__ import annotations
@@ -40,8 +42,8 @@ def nvml_probe(seconds: float = 3.0) -> dict:
     import pynvml
     import torch
 
-    from grader.gpu_quiet import _nvml_handle
-    handle, problem = _nvml_handle(0)
+    from grader.sandbox import nvml
+    handle, problem = nvml.handle(0)
     if handle is None:
         return {"problem": problem}
     load = gpu_load.start()
@@ -106,12 +108,13 @@ def cold_beside_load(n: int, work: Path) -> list[dict]:
     return out
 
 
-def noisy_class(copies: int, jobs: int, work: Path, k: int, noisy: bool = True) -> list[dict]:
+def noisy_class(copies: int, jobs: int, work: Path, k: int, noisy: str | None = "gpu_thread_twin") -> list[dict]:
     assignment = Assignment.find(None)
     mutants = Path(tempfile.mkdtemp(prefix="grader-mutants-"))
-    hog = next(e for e in load_corpus(assignment, mutants=mutants) if e.name == "gpu_thread_twin").file
     course = work / f"class-{k}"
-    students = {"noisy": hog.read_text()} if noisy else {}
+    students = {}
+    if noisy:
+        students["noisy"] = next(e for e in load_corpus(assignment, mutants=mutants) if e.name == noisy).file.read_text()
     for i in range(copies):
         students[f"ref{i:02d}"] = REFERENCE.read_text() + f"\n# copy {i}\n"
     for student, text in students.items():
@@ -182,6 +185,7 @@ def main() -> int:
     ap.add_argument("--class-copies", type=int, default=8)
     ap.add_argument("--classes", type=int, default=2)
     ap.add_argument("--jobs", type=int, default=3)
+    ap.add_argument("--noisy", default="gpu_thread_twin", help="the noisy corpus entry of each class")
     ap.add_argument("--rate-copies", type=int, default=0,
                     help="then a class of this many reference copies alone, for the class rate")
     ap.add_argument("--out", default="build/busy_gpu.json")
@@ -195,11 +199,11 @@ def main() -> int:
     found["cold"] = cold_beside_load(args.cold, work)
     found["classes"] = []
     for k in range(args.classes):
-        print(f"class {k}: gpu_thread_twin and {args.class_copies} reference copies, --jobs {args.jobs}:", flush=True)
-        found["classes"] += noisy_class(args.class_copies, args.jobs, work, k)
+        print(f"class {k}: {args.noisy} and {args.class_copies} reference copies, --jobs {args.jobs}:", flush=True)
+        found["classes"] += noisy_class(args.class_copies, args.jobs, work, k, args.noisy)
     if args.rate_copies:
         print(f"rate: {args.rate_copies} reference copies, --jobs {args.jobs}, nothing else on the GPU:", flush=True)
-        found["classes"] += noisy_class(args.rate_copies, args.jobs, work, args.classes, noisy=False)
+        found["classes"] += noisy_class(args.rate_copies, args.jobs, work, args.classes, noisy=None)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(found, indent=1))
     bad = [r for r in found["cold"] + found["classes"] if not r["ok"]]

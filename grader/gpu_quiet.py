@@ -17,13 +17,12 @@ or nvidia-ml-py not installed) nothing can be checked, and the window says so in
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
-from .sandbox import SandboxFailure
+from .sandbox import SandboxFailure, nvml
 
 T = TypeVar("T")
 
@@ -62,7 +61,7 @@ class QuietGpu:
 
     def __init__(self, index: int, ours: Callable[[], set[int]]):
         self.ours = ours
-        self.handle, self.problem = _nvml_handle(index)
+        self.handle, self.problem = nvml.handle(index)
         self.windows: list[int] = []       # each quiet measurement: how many attempts it took
         self.unchecked = self.handle is None
         self.budget_s = BUDGET_S
@@ -73,16 +72,11 @@ class QuietGpu:
 
     def foreign(self, since_us: int, ours: set[int]) -> list[Activity]:
         """Processes outside `ours` that used the GPU in samples taken after since_us."""
-        import pynvml
-        try:
-            samples = pynvml.nvmlDeviceGetProcessUtilization(self.handle, since_us)
-        except pynvml.NVMLError_NotFound:
-            return []                      # no process used the GPU since then
-        seen: dict[int, list] = {}
-        for s in samples:
-            if s.timeStamp > since_us and s.pid not in ours and (s.smUtil or s.memUtil):
+        seen: dict[int, list[nvml.Sample]] = {}
+        for s in nvml.busy_since(self.handle, since_us):
+            if s.pid not in ours:
                 seen.setdefault(s.pid, []).append(s)
-        return [Activity(pid, max(s.smUtil for s in ss), max(s.memUtil for s in ss)) for pid, ss in seen.items()]
+        return [Activity(pid, max(s.sm for s in ss), max(s.mem for s in ss)) for pid, ss in seen.items()]
 
     def wait_quiet(self, deadline: float, ours: set[int]) -> list[Activity]:
         """Wait until no foreign process used the GPU in the last RECENT_S; what was last seen
@@ -202,32 +196,3 @@ class Unchecked:
     def measure(self, fn: Callable[[], T]) -> T:
         self.windows.append(1)
         return fn()
-
-
-def _nvml_handle(index: int):
-    """(NVML handle of cuda:index, None) or (None, why there is none)."""
-    try:
-        import pynvml
-    except ImportError:
-        return None, "nvidia-ml-py is not installed"
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        return None, f"NVML did not start: {exc}"
-    import torch
-    uuid = str(getattr(torch.cuda.get_device_properties(index), "uuid", "") or "")
-    for candidate in (uuid, f"GPU-{uuid}"):
-        if not uuid:
-            break
-        try:
-            return pynvml.nvmlDeviceGetHandleByUUID(candidate), None
-        except pynvml.NVMLError:
-            continue
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None or visible.split(",")[index].strip().isdigit():
-        try:
-            nvml_index = index if visible is None else int(visible.split(",")[index])
-            return pynvml.nvmlDeviceGetHandleByIndex(nvml_index), None
-        except (pynvml.NVMLError, ValueError, IndexError) as exc:
-            return None, f"NVML does not know cuda:{index}: {exc}"
-    return None, f"NVML does not know cuda:{index} (uuid {uuid})"

@@ -16,12 +16,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import logs, wire
+from . import gpu_watch, logs, wire
 from .confine import Confinement
 from .processes import children_of, descendants, kill_tree, private_rss, proc_table, signal_all, stopped
 
@@ -174,6 +175,9 @@ class Worker:
         theirs.close()
         LIVE.add(self.proc.pid)
         self.frozen: set[int] = set()
+        self.frozen_at_us = 0
+        self.ended_for: str | None = None   # why the grader killed it between calls (gpu_watch.py)
+        self._frozen_lock = threading.Lock()
         self.expect_idle = False        # a request was answered, its "idle" not yet read
 
     def tree(self) -> set[int]:
@@ -199,10 +203,13 @@ class Worker:
         self._take_idle()
         pids = self.tree()
         signal_all(pids, signal.SIGSTOP)
-        self.frozen = pids
+        with self._frozen_lock:
+            self.frozen, self.frozen_at_us = pids, int(time.time() * 1e6)
         deadline = time.monotonic() + 0.5
         while not all(stopped(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.001)
+        if self.device == "cuda" and (watch := gpu_watch.for_this_process()) is not None:
+            watch.watch(self)
 
     def _take_idle(self) -> None:
         """Read the worker's "idle" after an answer (see worker.serve), once: left unread, it
@@ -220,10 +227,28 @@ class Worker:
 
     def thaw(self) -> None:
         if self.frozen:
-            # Processes forked between the scan and the stop are stopped by nothing: they were
-            # not frozen, so SIGCONT to the tree as it is now reaches the ones that were.
-            signal_all(self.frozen | self.tree(), signal.SIGCONT)
-            self.frozen = set()
+            with self._frozen_lock:
+                # Processes forked between the scan and the stop are stopped by nothing: they were
+                # not frozen, so SIGCONT to the tree as it is now reaches the ones that were.
+                signal_all(self.frozen | self.tree(), signal.SIGCONT)
+                self.frozen = set()
+            self._unwatch()
+
+    def end_for(self, why: str) -> None:
+        """Kill the frozen worker's tree now, from the GPU watch's thread: its CUDA contexts go,
+        and the kernels queued on them. Its next request fails with `why` (see death)."""
+        with self._frozen_lock:
+            if not self.frozen or self.ended_for:
+                return
+            self.ended_for = why
+            signal_all(self.frozen, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self._unwatch()
+
+    def _unwatch(self) -> None:
+        if self.device == "cuda":
+            gpu_watch.forget(self)
 
     def greeting(self, timeout: float) -> dict:
         """The worker's first message, once it is up: {"held": true} when it waits to import."""
@@ -261,6 +286,8 @@ class Worker:
             self.sock.settimeout(None)
 
     def death(self) -> str:
+        if self.ended_for:
+            return self.ended_for
         try:
             code = self.proc.wait(timeout=2)
         except subprocess.TimeoutExpired:
@@ -277,6 +304,7 @@ class Worker:
         """Ask the worker to leave, then kill what is left. Not `polite`: a worker that failed
         is killed at once, so that what it holds (memory, a turn on the GPU) is given back."""
         self.thaw()
+        self._unwatch()
         if polite:
             try:
                 self.sock.settimeout(0.5)
