@@ -4,6 +4,7 @@ figures in docs/performance.md ("Gradings a minute"), in parts of under ten minu
     python bench/h200_checks.py first  [--out DIR]   # a fresh machine's first gradings, one at a time
     python bench/h200_checks.py rate   [--copies 24] [--jobs N] [--out DIR]
     python bench/h200_checks.py matrix [--jobs N] [--only NAME ...] [--out DIR]   # validate over the corpus
+    python bench/h200_checks.py service [--out DIR]   # one student's check on an empty service queue
 
 first:  the reference graded cold twice, alone, with the GPU's memory sampled every 50 ms
         (NVML): wall time, the report's phases, and the peak memory above the idle GPU.
@@ -12,6 +13,8 @@ rate:   N distinct reference copies through `grade-all` at the default number at
         performance ratios, how many were not measured, and the peak memory of the class.
 matrix: `validate --device cuda` over every corpus entry at the default number at once: the kill
         matrix, the budget table and the class rate.
+service: `bench/service_burst.py --students 1 --checks 1`: one check through a fresh service on
+        loopback, submit to report, and its score against a lone grading with the same seed.
 Each part prints its table and writes DIR/<part>.json; exit 1 when a check fails.
 """
 from __future__ import annotations
@@ -184,9 +187,21 @@ def part_matrix(args, out: Path) -> dict:
             "ok": run.returncode == 0}
 
 
+def part_service(args, out: Path) -> dict:
+    cmd = [sys.executable, "bench/service_burst.py", "--students", "1", "--checks", "1", "--device", "cuda",
+           "--out", str(out / "service-burst.json")]
+    run = bounded(cmd, args.deadline, out / "service.log")
+    print(run.stdout[-4000:])
+    found = json.loads((out / "service-burst.json").read_text()) if (out / "service-burst.json").exists() else {}
+    summary = found.get("summary", {})
+    wait = summary.get("wait_worst_s")
+    print(f"one check on an empty queue: submit to report {wait} s; exit {run.returncode}", flush=True)
+    return {"exit": run.returncode, "submit_to_report_s": wait, "ok": run.returncode == 0 and wait is not None}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("part", choices=["first", "rate", "matrix"])
+    ap.add_argument("part", choices=["first", "rate", "matrix", "service"])
     ap.add_argument("--copies", type=int, default=24)
     ap.add_argument("--jobs", type=int, help="gradings at once (default: grade-all's and validate's own)")
     ap.add_argument("--out", default="build/h200")
@@ -195,7 +210,7 @@ def main() -> int:
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    found = {"first": part_first, "rate": part_rate, "matrix": part_matrix}[args.part](args, out)
+    found = {"first": part_first, "rate": part_rate, "matrix": part_matrix, "service": part_service}[args.part](args, out)
     (out / f"{args.part}.json").write_text(json.dumps(found, indent=1))
     ok = found["ok"] if "ok" in found else all(g["ok"] for g in found["gradings"])
     print("every check passed" if ok else "a check failed")
