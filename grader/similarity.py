@@ -145,14 +145,14 @@ class _Fingerprinter:
             logging.getLogger().disabled = was
 
 
-def compare(fp_a, fp_b, given: frozenset[str] = frozenset()) -> Match | None:
-    """The shared code of two fingerprinted files; None when they share less than MIN_SHARED.
+def compare(fp_a, fp_b, given: frozenset[str] = frozenset(), least: int = MIN_SHARED) -> Match | None:
+    """The shared code of two fingerprinted files; None when they share less than `least`.
     `given`: the template's lines, never shown as shared."""
     from copydetect import compare_files
     if not fp_a.token_coverage or not fp_b.token_coverage:
         return None                    # nothing beyond the template: nothing to share
     shared, (share_a, share_b), (slices_a, slices_b) = compare_files(fp_a, fp_b)
-    if shared < MIN_SHARED:
+    if shared < least or not shared:
         return None
     share_a, share_b = min(1.0, float(share_a)), min(1.0, float(share_b))
     return Match((share_a + share_b) / 2, share_a, share_b,
@@ -202,10 +202,9 @@ def detect(found: list[HandIn], filename: str, template: str | None = None, refe
     total = len(found) * (len(found) - 1) // 2
     for x, y in tqdm(itertools.combinations(found, 2), total=total, desc="pairs compared", unit="pair",
                      disable=not progress, mininterval=0.5, unit_scale=True):
+        # The same bytes are evidence however little they add to the template; the template alone is not.
         identical = x.sha256 == y.sha256
-        match = compare(prints[x.student], prints[y.student], given)
-        if identical and match is None:        # the same bytes, with nothing of their own beyond the template
-            continue
+        match = compare(prints[x.student], prints[y.student], given, least=1 if identical else MIN_SHARED)
         if match and (identical or match.similarity >= threshold):
             result.pairs.append(Pair(x.student, y.student, identical, match))
     # Identical bytes first, then by similarity: the strongest evidence at the top.

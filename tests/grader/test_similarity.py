@@ -119,6 +119,18 @@ def test_the_template_scores_nothing():
                                   f"pair at {discounted.pairs[0].match.similarity:.2f}")
 
 
+def test_identical_bytes_count_however_short_but_the_bare_template_does_not():
+    """The same two added lines handed in twice are named identical, below MIN_SHARED and all;
+    the template handed in untouched by two students is nothing of theirs, and no pair."""
+    template = L1.template.read_text()
+    short = template.replace(STUB, "    return block_table[seq_idx, positions // block_size].long() * block_size"
+                                   " + positions % block_size\n")
+    files = [HandIn("a", short, "same"), HandIn("b", short, "same"), HandIn("c", template, "bare"),
+             HandIn("d", template, "bare")]
+    result = detect(files, L1.submission, template=template)
+    assert [(p.a, p.b, p.identical) for p in result.pairs] == [("a", "b", True)], result.pairs
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "grader", "similarity", "--assignment", str(L1.folder), "--quiet",
                            *args], cwd=REPO, capture_output=True, text=True, timeout=120)
