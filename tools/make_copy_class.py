@@ -11,6 +11,8 @@ would be broken). Beside them, the copies a class really has:
 - an honest answer and the same answer with its functions in another order;
 - an honest answer and a copy with its comments and blank lines changed;
 - a wrong answer (the reference with one of the corpus's bugs) and a copy of it, names renamed;
+- a wrong answer of a student's own (an honest one with the padding test dropped) and a copy of
+  it disguised every way at once: renamed, reordered and recommented;
 - an honest answer handed in twice, byte for byte.
 `expected.json` beside the course names the planted pairs, the students whose file is the
 reference's, and the honest students. `--students N` pads the class to N with renamed copies of
@@ -109,6 +111,9 @@ def build(out: Path, assignment: Assignment, students: int = 0, seed: int = 0) -
     with tempfile.TemporaryDirectory(prefix="copy-class-mutants-") as mutants:
         wrong = next(e for e in load_corpus(assignment, mutants=Path(mutants)) if e.kind == "wrong")
         wrong_text = wrong.file.read_text()
+    own_wrong = honest["honest_heuristics_block"].replace("tl.where(slot >= 0, HD, 0)", "HD")
+    if own_wrong == honest["honest_heuristics_block"]:
+        raise SystemExit("right/heuristics_block.py changed: its padding test is not where this tool looks")
     planted = {
         "leaked_reference": reference,
         "renamed_reference": rename(reference),
@@ -120,9 +125,11 @@ def build(out: Path, assignment: Assignment, students: int = 0, seed: int = 0) -
         "wrong_copy": rename(wrong_text),
         "identical_a": honest["honest_triton_as_tr_helper"],
         "identical_b": honest["honest_triton_as_tr_helper"],
+        "own_wrong": own_wrong,
+        "own_wrong_copy": recomment(reorder(rename(own_wrong))),
     }
     # The planted students' originals are theirs, not honest ones: each planted pair stands alone.
-    for taken in ("program_per_head", "grid_2d_tiles", "triton_as_tr_helper"):
+    for taken in ("program_per_head", "grid_2d_tiles", "triton_as_tr_helper", "heuristics_block"):
         del honest[f"honest_{taken}"]
     files = {**honest, **planted}
     rng = random.Random(seed)
@@ -138,7 +145,7 @@ def build(out: Path, assignment: Assignment, students: int = 0, seed: int = 0) -
     return {
         "planted_pairs": [["leaked_reference", "renamed_reference"], ["reordered_a", "reordered_b"],
                           ["recommented_a", "recommented_b"], [f"wrong_{wrong.name}", "wrong_copy"],
-                          ["identical_a", "identical_b"]],
+                          ["identical_a", "identical_b"], ["own_wrong", "own_wrong_copy"]],
         "near_reference": ["leaked_reference", "renamed_reference", f"wrong_{wrong.name}", "wrong_copy"],
         "honest": sorted(honest),
     }

@@ -2,7 +2,8 @@
 
 The class is tools/make_copy_class.py's: honest answers from the corpus's right/ entries, and
 planted copies (the reference renamed, functions reordered, comments and blank lines changed, a
-copy of another student's wrong kernel, the same bytes twice). The contract: every planted pair
+copy of another student's wrong kernel, a wrong kernel copied with every disguise at once, the
+same bytes twice). The contract: every planted pair
 is listed and ranks above every honest pair; no honest pair reaches the threshold; the students
 holding the reference solution are named as such; what the template gives everyone scores
 nothing; bad input is one line and exit code 2."""
@@ -69,8 +70,9 @@ def test_the_plants_are_copies_a_naive_diff_misses(planted):
 
     def text(student):
         return (course.submission_folder(student) / L1.submission).read_text()
-    ratio = difflib.SequenceMatcher(None, text("reordered_a").splitlines(), text("reordered_b").splitlines()).ratio()
-    assert ratio < 0.75, f"reordered_b is {ratio:.0%} the same lines as reordered_a: the plant disguises nothing"
+    for a, b in (("reordered_a", "reordered_b"), ("own_wrong", "own_wrong_copy")):
+        ratio = difflib.SequenceMatcher(None, text(a).splitlines(), text(b).splitlines()).ratio()
+        assert ratio < 0.75, f"{b} is {ratio:.0%} the same lines as {a}: the plant disguises nothing"
     a, b = text("recommented_a").splitlines(), text("recommented_b").splitlines()
     comments = [{line.strip() for line in lines if line.strip().startswith("#")} for lines in (a, b)]
     assert comments[1] and not comments[0] & comments[1], "recommented_b keeps recommented_a's comments or has none"
