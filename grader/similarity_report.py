@@ -164,7 +164,9 @@ def index_section(result: Result | str) -> str:
     pairs = [e for e in found if e["kind"] == "pair"]
     parts = [head, f"<p class=note>{html.escape(WHAT_IT_IS)}</p>", _counts(result)]
     if near:
-        parts.append(f"<p>Close to the reference solution: {html.escape(', '.join(e['a'] for e in near))}.</p>")
+        names = ", ".join(e["a"] for e in near[:INDEX_ROWS * 2])
+        more = f" and {len(near) - INDEX_ROWS * 2} more" if len(near) > INDEX_ROWS * 2 else ""
+        parts.append(f"<p>Close to the reference solution: {html.escape(names + more)}.</p>")
     if pairs:
         more = f" (the first {INDEX_ROWS} of {len(pairs)})" if len(pairs) > INDEX_ROWS else ""
         parts.append(f"<p>Pairs of students{more}:</p>" + _table(pairs[:INDEX_ROWS], {}))
