@@ -7,11 +7,13 @@ SUBMISSION ?= reference/l1_paged_kv_write.py
 REPORT     ?= build/report.json
 DEVICE     ?= auto
 COURSE     ?=
+THRESHOLD  ?=
+STUDENTS   ?=
 JOBS       ?=
 EXECUTOR   ?= local
 SLURM      ?=
 
-.PHONY: help venv grade test test-fast template release validate grade-all demo-class summary gradescope bench clean
+.PHONY: help venv grade test test-fast template release validate grade-all demo-class copy-class summary similarity gradescope bench clean
 help:
 	@echo "make grade [SUBMISSION=file.py] [REPORT=out.json] [DEVICE=auto|cpu|cuda]  grade one submission"
 	@echo "make test                      the project's own tests (CPU interpreter when no GPU)"
@@ -22,6 +24,8 @@ help:
 	@echo "make grade-all COURSE=dir      grade a class in nbgrader's layout [DEVICE=..] [JOBS=n] [EXECUTOR=local|slurm|submitit-local] [SLURM='--partition gpu ...']"
 	@echo "make demo-class COURSE=dir     a class to try grade-all on, from the corpus (then --check it)"
 	@echo "make summary COURSE=dir        the class page with plots, in COURSE/summary/"
+	@echo "make similarity COURSE=dir     pairs of hand-ins that are one file [THRESHOLD=0..1]; COURSE/summary/similarity.html"
+	@echo "make copy-class COURSE=dir     a class with planted copies to try similarity on [STUDENTS=n]"
 	@echo "make gradescope                the Gradescope autograder zip in build/gradescope/"
 	@echo "make bench                     bandwidth tables on the GPU -> docs/performance.md"
 
@@ -85,6 +89,15 @@ grade-all: $(VENV)/.instructor
 summary: $(VENV)/.instructor
 	@test -n "$(COURSE)" || { echo "usage: make summary COURSE=dir"; exit 2; }
 	$(PY) -m grader summary --course $(COURSE) --assignment $(ASSIGNMENT)
+
+similarity: $(VENV)/.instructor
+	@test -n "$(COURSE)" || { echo "usage: make similarity COURSE=dir [THRESHOLD=0..1]"; exit 2; }
+	$(PY) -m grader similarity --course $(COURSE) --assignment $(ASSIGNMENT) $(if $(THRESHOLD),--threshold $(THRESHOLD)) \
+	  --out $(COURSE)/similarity.json --csv $(COURSE)/similarity.csv
+
+copy-class: $(VENV)/.runtime
+	@test -n "$(COURSE)" || { echo "usage: make copy-class COURSE=dir [STUDENTS=n]"; exit 2; }
+	$(PY) tools/make_copy_class.py --assignment $(ASSIGNMENT) --out $(COURSE) $(if $(STUDENTS),--students $(STUDENTS))
 
 gradescope: $(VENV)/.runtime
 	$(PY) tools/make_gradescope.py --assignment $(ASSIGNMENT) --out build/gradescope

@@ -1,5 +1,5 @@
 """Command line: `python -m grader grade --submission FILE --report OUT [--device auto|cpu|cuda]`,
-`python -m grader validate --out FILE` (the kill matrix over the corpus), grade-all, summary, the
+`python -m grader validate --out FILE` (the kill matrix over the corpus), grade-all, summary, similarity, the
 grading service (serve, tokens) and its client (submit; each `--help` says more)."""
 from __future__ import annotations
 
@@ -57,17 +57,18 @@ def main(argv: list[str] | None = None) -> int:
                    help="keep the GPU's memory busy with a copy loop of another process meanwhile (GPU "
                         "only): scores must not move, and a timing is full or not measured")
     v.add_argument("--reports-dir", help=argparse.SUPPRESS)     # where --jobs puts each entry's report
-    from . import grade_all, summary
+    from . import grade_all, similarity_report, summary
     from .service import cli as service
     grade_all.add_parser(sub)   # grade-all
     summary.add_parser(sub)     # summary
+    similarity_report.add_parser(sub)   # similarity
     service.add_parsers(sub)    # serve and tokens: the grading service (docs/service.md)
     from . import submit_client
     submit_client.add_parsers(sub, prefix="submit-")   # submit, submit-status, submit-history
     args = ap.parse_args(argv)
     if args.command in ("submit", "submit-status", "submit-history"):
         return submit_client.run(args)
-    if args.command in ("grade-all", "summary", "serve", "tokens"):
+    if args.command in ("grade-all", "summary", "similarity", "serve", "tokens"):
         return args.run(args)
     if args.command == "validate":
         from .validate import main as validate

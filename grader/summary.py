@@ -3,8 +3,9 @@
 Built from the reports grade-all left in the course folder: the score
 histogram, the pass rate of each rubric area and of each hidden test, the
 failure hints seen most often, the performance area's distribution where it
-was graded, identical submissions, and every student with links to their
-report and feedback. Plots are PNG files beside the page (matplotlib, no
+was graded, identical submissions, the pairs of similar hand-ins (with their
+matching lines on a page of their own, grader/similarity_report.py), and every
+student with links to their report and feedback. Plots are PNG files beside the page (matplotlib, no
 display needed), so the folder can be copied or served as it is.
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from urllib.parse import quote
 
-from . import report_reader
+from . import report_reader, similarity, similarity_report
 from .assignment import Assignment, AssignmentError
 from .course import SUMMARY, Course, StudentRow, course_folder
 from .files import atomic_write, cannot_write
@@ -36,6 +37,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: now
 .bar { display: inline-block; height: 10px; background: #4a7fb5; vertical-align: middle; }
 .status-graded { color: #1a6b1a; } .status-missing, .status-error, .status-stale, .status-pending { color: #a33; }
 img { max-width: 100%; border: 1px solid #eee; } .note { color: #666; font-size: 12px; }
+td.ident { color: #a33; font-weight: 600; }
 table.students { width: 100%; table-layout: fixed; }
 table.students th { overflow-wrap: anywhere; vertical-align: bottom; }
 table.students td { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
@@ -44,9 +46,9 @@ col.files { width: 11em; }
 """
 
 
-def build(course: Course, out: Path) -> Path:
+def build(course: Course, out: Path, similarity_threshold: float | None = None, progress: bool = False) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    for name in PLOTS:             # a plot that has no data this time must not linger
+    for name in PLOTS + (similarity_report.PAGE,):     # a page that has no data this time must not linger
         (out / name).unlink(missing_ok=True)
     rows = course.rows()
     reports = [r for r in rows if r.report is not None and r.status in ("graded", "stale")]
@@ -60,6 +62,7 @@ def build(course: Course, out: Path) -> Path:
         parts.append(_identical(reports))
     else:
         parts.append("<p>No graded submissions yet: run grade-all first.</p>")
+    parts.append(_similar(course, out, similarity_threshold, progress))
     parts.append(_students(course, rows, out))
     if reports:
         parts.append(_tests(reports))      # long: last
@@ -70,6 +73,17 @@ def build(course: Course, out: Path) -> Path:
     index = out / "index.html"
     atomic_write(index, page)
     return index
+
+
+def _similar(course: Course, out: Path, threshold: float | None, progress: bool = False) -> str:
+    """Pairs of hand-ins that share code beyond the template; needs no grading, only the files."""
+    try:
+        result = similarity.detect_course(course, threshold if threshold is not None else similarity.THRESHOLD,
+                                          progress=progress)
+    except similarity.SimilarityError as exc:
+        return similarity_report.index_section(str(exc))
+    similarity_report.write_page(result, course.assignment.title, out)
+    return similarity_report.index_section(result)
 
 
 def _header(course: Course, rows: list[StudentRow], reports: list[StudentRow]) -> str:
@@ -310,6 +324,8 @@ def add_parser(sub) -> None:
     p.add_argument("--course", required=True, type=course_folder, help="course folder graded by grade-all")
     p.add_argument("--assignment", help="assignment folder (default: the only one under assignment/)")
     p.add_argument("--out", help="folder for the page and its images (default: COURSE/summary)")
+    p.add_argument("--similarity-threshold", type=similarity_report.fraction, default=similarity.THRESHOLD,
+                   help=f"list similar hand-ins at this similarity or more, 0 to 1 (default {similarity.THRESHOLD:g})")
     p.set_defaults(run=main)
 
 
@@ -325,6 +341,6 @@ def main(args) -> int:
     if why:
         print(f"grader: cannot write the summary in {out}: {why}", file=sys.stderr)
         return 2
-    index = build(course, out)
+    index = build(course, out, args.similarity_threshold, progress=True)
     print(f"summary written to {index}")
     return 0

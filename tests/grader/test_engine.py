@@ -167,7 +167,7 @@ def test_a_report_path_that_cannot_be_written_is_refused_before_grading(tmp_path
     assert Path("/dev/null").is_char_device() and not (tmp_path / "elsewhere.json").exists()
 
 
-@pytest.mark.parametrize("command", [["summary"], ["serve"], ["tokens", "--add", "ann"]])
+@pytest.mark.parametrize("command", [["summary"], ["similarity"], ["serve"], ["tokens", "--add", "ann"]])
 def test_a_course_folder_that_is_not_there_is_refused_not_made(tmp_path, command):
     missing = tmp_path / "typo"
     r = _cli(command[0], "--course", str(missing), *command[1:])
