@@ -57,6 +57,7 @@ class Turn:
         self.lost = False
         self.hold_s: float | None = None
         self.exclusive_s = 0.0             # time spent holding the GPU alone
+        self.waited_s = 0.0                # ... and waiting for it, then for the shared turn back
         self._timer: threading.Timer | None = None
 
     def __bool__(self) -> bool:
@@ -99,15 +100,18 @@ class Turn:
         then shared again. The shared lock is left first: a process waiting on its own
         sharer would wait out wait_s."""
         self._leave()
-        began = time.monotonic()
+        asked = began = time.monotonic()
         try:
             self._take_exclusive(wait_s, hold_s)
             began = time.monotonic()
+            self.waited_s += began - asked
             yield self
         finally:
-            self.exclusive_s += time.monotonic() - began
+            ended = time.monotonic()
+            self.exclusive_s += ended - began
             self._leave()
             self._take_shared()
+            self.waited_s += time.monotonic() - ended
 
 
 def lock_dir() -> Path:

@@ -450,7 +450,9 @@ def pytest_json_runtest_metadata(item, call):
             gpu_quiet_wait_s=round(quiet.waited_s - waited, 3), gpu_quiet_attempts=float(sum(quiet.windows[windows:])))
     held = item.stash.get(_TURN, None)
     if call.when == "call" and held is not None and "measure" in item.fixturenames:
-        item.stash.setdefault(_WAITS, {})["gpu_alone_s"] = round(held.exclusive_s, 3)
+        waits = item.stash.setdefault(_WAITS, {})
+        waits["gpu_alone_s"] = round(held.exclusive_s, 3)
+        waits["gpu_turn_wait_s"] = round(waits.get("gpu_turn_wait_s", 0.0) + held.waited_s, 3)
     if call.when == "call" and item.stash.get(_WAITS, None):
         record.setdefault("figures", {}).update(item.stash[_WAITS])
     if call.when == "call" and held is not None and not held.alone:

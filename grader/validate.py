@@ -60,14 +60,15 @@ class MatrixRow:
     notes: list[str] = field(default_factory=list)
     report_path: str | None = None
     skipped: str | None = None
-    seconds: dict[str, float] = field(default_factory=dict)            # area -> wall seconds
+    seconds: dict[str, float] = field(default_factory=dict)   # area -> wall seconds, waits for neighbours aside
+    waited: dict[str, float] = field(default_factory=dict)    # area -> those waits
 
     @classmethod
     def from_json(cls, entry: Entry, d: dict) -> "MatrixRow":
         return cls(entry, expected=d["expected"], passed=d["passed"], cells=d["cells"], score=d["score"],
                    max_score=d["max_score"], allowed=d["deserves"], privilege_drop=d["privilege_drop"],
                    wall_s=d["wall_s"], problems=d["problems"], notes=d["notes"], report_path=d["report"],
-                   skipped=d["skipped"], seconds=d.get("seconds", {}))
+                   skipped=d["skipped"], seconds=d.get("seconds", {}), waited=d.get("waited", {}))
 
     def to_json(self) -> dict:
         e = self.entry
@@ -76,7 +77,7 @@ class MatrixRow:
                 "score": self.score, "max_score": self.max_score, "deserves": self.allowed,
                 "privilege_drop": self.privilege_drop, "wall_s": round(self.wall_s, 1),
                 "problems": self.problems, "notes": self.notes, "report": self.report_path,
-                "skipped": self.skipped, "seconds": self.seconds}
+                "skipped": self.skipped, "seconds": self.seconds, "waited": self.waited}
 
 
 def _rel(path: Path) -> str:
@@ -148,18 +149,29 @@ def overlong_tests(report: dict, call_timeout_s: float) -> list[float]:
 BUDGET_TIMES = 3       # an entry's area may cost this many times the reference's budget ...
 
 
-def area_seconds(report: dict, *, without_timeouts: bool = False) -> dict[str, float]:
+WAITS = ("gpu_turn_wait_s", "gpu_quiet_wait_s")    # a test's figures: waiting on its neighbours' work
+
+
+def area_seconds(report: dict, *, without_timeouts: bool = False, without_waits: bool = False) -> dict[str, float]:
     """Area -> wall seconds, as the report counts them (a session fixture's time in the area it
     was charged to); `without_timeouts` leaves out tests that ended at a call's timeout, whose
-    cost the timeout bounds (and overlong_tests checks)."""
+    cost the timeout bounds (and overlong_tests checks); `without_waits` leaves out what its
+    tests waited for other work on a shared GPU (their turn, a quiet window): the grading's own
+    cost, which its budget bounds, not its neighbours'."""
     seconds = {name: float(a.get("seconds") or 0.0) for name, a in report_reader.areas(report).items()
                if isinstance(a, dict) and isinstance(a.get("seconds"), (int, float))}
-    if without_timeouts:
-        for t in report.get("tests", []):
-            detail = report_reader.test_detail(t)
-            d, area = detail.get("duration_s", 0), (t.get("tags") or [None])[0]
-            if detail.get("outcome") == "timeout" and isinstance(d, (int, float)) and area in seconds:
-                seconds[area] = max(0.0, seconds[area] - d)
+    for t in report.get("tests", []):
+        detail = report_reader.test_detail(t)
+        area = (t.get("tags") or [None])[0]
+        if area not in seconds:
+            continue
+        d = detail.get("duration_s", 0)
+        if without_timeouts and detail.get("outcome") == "timeout" and isinstance(d, (int, float)):
+            seconds[area] = max(0.0, seconds[area] - d)
+        if without_waits:
+            figures = detail.get("figures") or {}
+            waited = sum(float(w) for k in WAITS if isinstance(w := figures.get(k), (int, float)))
+            seconds[area] = max(0.0, seconds[area] - waited)
     return seconds
 
 
@@ -168,10 +180,10 @@ def over_budget(entry: Entry, report: dict, budgets: dict[str, float], call_time
     and one call's timeout (a wrong answer must not keep the grader much longer: a timing loop
     ends once its verdict is certain), tests that ended at a timeout aside."""
     if entry.kind == "reference":
-        spent = area_seconds(report)
-        return [f"the reference spent {spent[a]:.1f} s in {a}, over its budget of {b:g} s"
-                for a, b in budgets.items() if spent.get(a, 0.0) > b]
-    spent = area_seconds(report, without_timeouts=True)
+        spent = area_seconds(report, without_waits=True)
+        return [f"the reference spent {spent[a]:.1f} s in {a} (waits for its neighbours aside), over its "
+                f"budget of {b:g} s" for a, b in budgets.items() if spent.get(a, 0.0) > b]
+    spent = area_seconds(report, without_timeouts=True, without_waits=True)
     return [f"spent {spent[a]:.1f} s in {a}, over {BUDGET_TIMES} times its budget of {b:g} s and a "
             f"{call_timeout_s:g} s call timeout" for a, b in budgets.items()
             if spent.get(a, 0.0) > BUDGET_TIMES * b + call_timeout_s]
@@ -187,10 +199,13 @@ def budget_table(rows: list[MatrixRow], budgets: dict[str, float]) -> str:
     ref = next((r for r in rows if r.entry.kind == "reference" and r.seconds), None)
     if ref is None or not budgets:
         return ""
-    lines = ["seconds per area: the reference, its budget, and the most any entry spent"]
+    lines = ["seconds per area, waits for neighbours on a shared GPU aside (the reference's waits beside):",
+             "the reference, its budget, and the most any entry spent"]
     for a, b in budgets.items():
         worst = max(((r.seconds.get(a, 0.0), r.entry.label) for r in rows if r.seconds), default=(0.0, "-"))
-        lines.append(f"  {a:<16} {ref.seconds.get(a, 0.0):7.2f} s  budget {b:6.2f} s  most {worst[0]:7.2f} s ({worst[1]})")
+        waited = ref.waited.get(a, 0.0)
+        lines.append(f"  {a:<16} {ref.seconds.get(a, 0.0):7.2f} s  budget {b:6.2f} s  most {worst[0]:7.2f} s "
+                     f"({worst[1]})" + (f"  waited {waited:.2f} s" if waited else ""))
     lines.append(f"  {'in all':<16} {sum(ref.seconds.get(a, 0.0) for a in budgets):7.2f} s  "
                  f"budget {sum(budgets.values()):6.2f} s")
     return "\n".join(lines)
@@ -257,7 +272,8 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
         if slow:
             row.problems.append(f"{len(slow)} test(s) ran past the {call_timeout_s:g} s call timeout "
                                 f"(longest {slow[-1]:.0f} s): a timeout did not hold")
-    row.seconds = {a: round(x, 2) for a, x in area_seconds(report).items()}
+    row.seconds = {a: round(x, 2) for a, x in area_seconds(report, without_waits=True).items()}
+    row.waited = {a: round(x - row.seconds.get(a, 0.0), 2) for a, x in area_seconds(report).items()}
     if budgets:
         row.problems += over_budget(entry, report, budgets, call_timeout_s or 0.0)
     if report_reader.problem(report):

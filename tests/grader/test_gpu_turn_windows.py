@@ -67,3 +67,27 @@ def test_an_exclusive_block_held_past_its_hold_is_lost(tmp_path):
             with gpu_turns.turn("gpu-test", False, tmp_path) as neighbour:   # let in at the deadline
                 assert neighbour.alone
     assert mine.lost
+
+
+def test_the_wait_for_the_gpu_alone_is_counted_apart_from_the_time_holding_it(tmp_path):
+    """A timing test's wait for its neighbours to leave is theirs, not its own cost: Turn.waited_s
+    counts it (the report's gpu_turn_wait_s, which validate's budgets leave aside), and
+    exclusive_s only the block itself."""
+    left = threading.Event()
+
+    def neighbour(inside: threading.Event):
+        with gpu_turns.turn("gpu-test", False, tmp_path, share_s=30):
+            inside.set()
+            time.sleep(0.6)
+        left.set()
+    inside = threading.Event()
+    t = threading.Thread(target=neighbour, args=(inside,))
+    t.start()
+    assert inside.wait(5)
+    with gpu_turns.turn("gpu-test", False, tmp_path) as mine:
+        with mine.exclusive(wait_s=5) as alone:
+            assert alone and left.is_set(), "the block began only once the neighbour had left"
+            time.sleep(0.2)
+    t.join(5)
+    assert 0.3 <= mine.waited_s < 2.0, mine.waited_s
+    assert 0.2 <= mine.exclusive_s < 0.5, mine.exclusive_s

@@ -17,14 +17,18 @@ ASSIGNMENT = Assignment.load(REPO / "assignment" / "l1_paged_kv_write")
 CPU = v.columns(ASSIGNMENT, "cpu")
 
 
-def report(seconds: dict[str, float], timeouts=()):
+def report(seconds: dict[str, float], timeouts=(), waits: dict[str, float] | None = None):
     """Every test passed; area a's two tests took seconds[a] between them (0.1 s elsewhere);
-    an area in `timeouts` has its second test end at a call's timeout."""
+    an area in `timeouts` has its second test end at a call's timeout; in an area of `waits`,
+    its first test waited that long for its neighbours on the GPU (its turn, then a quiet window)."""
     results = []
     for name in ASSIGNMENT.areas:
         each = seconds.get(name, 0.1) / 2
+        waited = (waits or {}).get(name)
         results += [TestResult(f"test_{name}.py::t{i}", name, "contract",
-                               "timeout" if (i and name in timeouts) else "passed", duration_s=each)
+                               "timeout" if (i and name in timeouts) else "passed", duration_s=each,
+                               figures={"gpu_turn_wait_s": waited * 0.75, "gpu_quiet_wait_s": waited * 0.25}
+                               if (waited and not i) else None)
                     for i in range(2)]
     return build(ASSIGNMENT, score(ASSIGNMENT, results, "cpu"), results,
                  submission={"file": "x.py", "sha256": "0" * 64, "bytes": 1},
@@ -44,7 +48,20 @@ def test_the_reference_over_an_areas_budget_fails_the_matrix():
     ok = v.judge(entry("reference", "reference"), report({"write": 3.9}), CPU, budgets=BUDGETS, call_timeout_s=60)
     assert ok.problems == [] and ok.seconds["write"] == pytest.approx(3.9)
     slow = v.judge(entry("reference", "reference"), report({"write": 4.2}), CPU, budgets=BUDGETS, call_timeout_s=60)
-    assert slow.problems == ["the reference spent 4.2 s in write, over its budget of 4 s"]
+    assert slow.problems == ["the reference spent 4.2 s in write (waits for its neighbours aside), "
+                             "over its budget of 4 s"]
+
+
+def test_waiting_for_the_neighbours_on_a_shared_gpu_is_not_the_gradings_own_cost():
+    """At eight gradings a GPU a timing test waits for the others' turns: that time is theirs. The
+    budget bounds what is left, and the table shows the waits beside it."""
+    row = v.judge(entry("reference", "reference"), report({"write": 12.0}, waits={"write": 9.0}), CPU,
+                  budgets=BUDGETS, call_timeout_s=60)
+    assert row.problems == [] and row.seconds["write"] == pytest.approx(3.0) and row.waited["write"] == pytest.approx(9.0)
+    over = v.judge(entry("reference", "reference"), report({"write": 12.0}, waits={"write": 7.0}), CPU,
+                   budgets=BUDGETS, call_timeout_s=60)
+    assert [p for p in over.problems if "spent 5.0 s in write" in p], over.problems
+    assert "waited 9.00 s" in v.budget_table([row], BUDGETS)
 
 
 def test_another_entry_may_cost_three_budgets_and_one_timeout_and_no_more():
