@@ -7,8 +7,8 @@ Starts `python -m grader serve` on loopback for a fresh course, gives each stude
 sends students x checks checks at once: each student's files are reference copies and wrong
 corpus entries, in turn. Then it checks and measures:
   - every report is its student's own (the report's sha256 is that of the bytes sent),
-  - its score is the score of a one-at-a-time `python -m grader grade` of the same file with the
-    report's seed,
+  - its score is the score `grade-all` gives the same file with the report's seed, all of the
+    burst's files graded again in one `grade-all --seeds` at the same --jobs,
   - the time from submit to report (median, worst) and the gradings a minute.
 Exit 0 when every check held.
 """
@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 from grader import report_reader  # noqa: E402
 from grader.assignment import Assignment  # noqa: E402
 from grader.corpus import load_corpus  # noqa: E402
+from grader.course import Course  # noqa: E402
 from grader.submit_client import Api, ClientError  # noqa: E402
 
 POLL_S = 0.5
@@ -106,16 +107,31 @@ def send_all(url: str, tokens: dict[str, str], runs: list[dict], timeout_s: floa
     return time.monotonic() - t0
 
 
-def one_at_a_time(assignment: Assignment, data: bytes, seed: int, device: str, work: Path) -> float | None:
-    folder = Path(tempfile.mkdtemp(dir=work))
-    file = folder / assignment.submission
-    file.write_bytes(data)
-    report = folder / "report.json"
-    subprocess.run([sys.executable, "-m", "grader", "grade", "--assignment", str(assignment.folder), "--submission",
-                    str(file), "--report", str(report), "--device", device, "--seed", str(seed), "--quiet"],
-                   cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    got = report_reader.read_or_none(report)
-    return None if got is None else float(got.get("score", 0.0))
+def graded_again(assignment: Assignment, runs: list[dict], device: str, jobs: int, work: Path) -> dict[str, float]:
+    """{sha256: score} of one `grade-all --seeds` over every run's file with its report's seed,
+    `jobs` at once as the service graded them."""
+    course = work / "again"
+    seeds = {}
+    for i, r in enumerate(runs):
+        if r.get("seed") is None:
+            continue
+        folder = course / "submitted" / f"run{i:03d}" / assignment.id
+        folder.mkdir(parents=True)
+        (folder / assignment.submission).write_bytes(r["data"])
+        seeds[hashlib.sha256(r["data"]).hexdigest()] = r["seed"]
+    if not seeds:
+        return {}
+    (work / "seeds.json").write_text(json.dumps(seeds))
+    subprocess.run([sys.executable, "-m", "grader", "grade-all", "--course", str(course), "--assignment",
+                    str(assignment.folder), "--device", device, "--jobs", str(jobs), "--seeds", str(work / "seeds.json"),
+                    "--no-gradebook", "--no-progress"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   check=False)
+    got = {}
+    for student in Course(course, assignment).students():
+        report = report_reader.read_or_none(Course(course, assignment).report_path(student))
+        if report is not None:
+            got[report_reader.sha256(report)] = float(report.get("score", 0.0))
+    return got
 
 
 def main() -> int:
@@ -147,9 +163,17 @@ def main() -> int:
             proc.wait(timeout=120)
         print(f"{len(runs)} checks from {len(files)} students, --jobs {args.jobs}, {device}: {wall:.0f} s, "
               f"{60 * len(runs) / wall:.1f} gradings a minute", flush=True)
+        for r in runs:
+            r["problem"] = r.get("problem") or _own(r, work)
+        t = time.monotonic()
+        again = graded_again(assignment, runs, device, args.jobs, work)
+        print(f"the same {len(again)} files through one grade-all --seeds: {time.monotonic() - t:.0f} s", flush=True)
         bad = 0
         for r in runs:
-            r["problem"] = r.get("problem") or _own_and_equal(r, assignment, device, work)
+            if not r["problem"]:
+                alone = again.get(hashlib.sha256(r["data"]).hexdigest())
+                if alone is None or abs(alone - float(r["state"]["score"])) > 1e-6:
+                    r["problem"] = f"grade-all with seed {r['seed']} gives {alone}, the service {r['state']['score']}"
             bad += bool(r["problem"])
             state = r.get("state") or {}
             print(f"  {r['student']}: {state.get('score')} / {state.get('max_score')} in {r.get('wait_s', 0):.0f} s"
@@ -170,8 +194,8 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _own_and_equal(run: dict, assignment: Assignment, device: str, work: Path) -> str | None:
-    """Why this check's answer is not its own, or not what a lone grading gives; None when it is."""
+def _own(run: dict, work: Path) -> str | None:
+    """Why this check's answer is not its own; None when it is (and run["seed"] is its seed)."""
     state = run["state"]
     if state["status"] != "done" or state.get("score") is None:
         return f"ended {state['status']}: {state.get('error')}"
@@ -186,9 +210,7 @@ def _own_and_equal(run: dict, assignment: Assignment, device: str, work: Path) -
     seed = (report.get("extra_data") or {}).get("instructor", {}).get("seed")
     if not isinstance(seed, int):
         return "the report has no seed"
-    alone = one_at_a_time(assignment, run["data"], seed, device, work)
-    if alone is None or abs(alone - float(state["score"])) > 1e-6:
-        return f"a lone grading with seed {seed} gives {alone}, the service {state['score']}"
+    run["seed"] = seed
     return None
 
 

@@ -5,11 +5,12 @@ Its own module, so that the two it chooses between need not import each other.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
 
-from . import batch, gradebook, leftovers
+from . import batch, gradebook, leftovers, seeds
 from .assignment import Assignment, AssignmentError
 from .batch import BatchResult, GradebookError, LocalBatch, default_timeout, grade_all, publish
 from .course import Course, gradebook_url
@@ -44,6 +45,10 @@ def add_parser(sub) -> None:
     p.add_argument("--files-per-task", type=int, metavar="N",
                    help="files one task grades, one after another in a warm host unless --cold (slurm and "
                         "submitit-local; default: 4)")
+    p.add_argument("--seeds", metavar="FILE",
+                   help="grade a file listed here with the seed given for it, to make earlier gradings again and "
+                        "compare: a JSON object {\"<sha256 of the file>\": seed} (a report's submission.sha256 "
+                        "and extra_data.instructor.seed); others get a fresh seed")
     add_slurm_options(p)
     p.set_defaults(run=main)
 
@@ -106,6 +111,12 @@ def _run(args, course: Course) -> int:
     why = db_url and gradebook.url_problem(db_url)
     if why:
         return _usage(f"--db {db_url} names no database this machine can open ({why})")
+    if args.seeds:
+        try:
+            seeds.read(Path(args.seeds))
+        except seeds.SeedsError as exc:
+            return _usage(str(exc))
+        os.environ[seeds.SEEDS_ENV] = str(Path(args.seeds).resolve())    # the gradings read it (seeds.listed)
     try:
         executor = make_executor(args, course)
     except ValueError as exc:

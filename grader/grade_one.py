@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import leftovers, state_records, submission_file
+from . import leftovers, seeds, state_records, submission_file
 from .report import build, write_atomically
 from . import warm
 from .assignment import REPO, Assignment
@@ -100,9 +100,11 @@ def grade(assignment: Assignment, submission: Path, report_path: Path, device: s
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _raise_interrupted)
     device = resolve_device(device)
-    seed = secrets.randbits(31) if seed is None else seed
     # Read once, here: the suites get a copy of these bytes, never the path the caller gave.
     picked = submission_file.pick(submission, assignment.submission)
+    if seed is None:
+        seed = seeds.listed(picked.sha256)
+    seed = secrets.randbits(31) if seed is None else seed
     meta = {"file": picked.name, "sha256": picked.sha256, "bytes": len(picked.data)}
     env = environment(device)
     phases = {"startup_s": time.monotonic() - t0}
