@@ -107,6 +107,12 @@ class Grading:
         self.workers.ended(self)
 
 
+def device_uuid(props) -> str:
+    """The uuid of the GPU behind `props` as nvidia-smi and NVML write it ("GPU-..."), or ""."""
+    uuid = str(getattr(props, "uuid", "") or "")
+    return uuid if not uuid or uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+
+
 def _grading(config) -> Grading:
     return config.stash[_KEY]
 
@@ -133,7 +139,8 @@ class SessionPlugin:
         if grading.device == "cuda":
             import torch
             grading.write(state_records.DEVICE, {"device_name": torch.cuda.get_device_name(0),
-                                           "cuda": torch.version.cuda or ""})
+                                           "cuda": torch.version.cuda or "",
+                                           "uuid": device_uuid(torch.cuda.get_device_properties(0))})
 
     def pytest_unconfigure(self, config):
         if _KEY in config.stash:
