@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from . import state_records
+from . import machines, state_records
 from .assignment import Assignment
 from .scoring import WORKER_START
 from .sandbox import SandboxFailure, Submission, SubmissionError, SubmissionUnavailable
@@ -107,12 +107,6 @@ class Grading:
         self.workers.ended(self)
 
 
-def device_uuid(props) -> str:
-    """The uuid of the GPU behind `props` as nvidia-smi and NVML write it ("GPU-..."), or ""."""
-    uuid = str(getattr(props, "uuid", "") or "")
-    return uuid if not uuid or uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
-
-
 def _grading(config) -> Grading:
     return config.stash[_KEY]
 
@@ -140,7 +134,7 @@ class SessionPlugin:
             import torch
             grading.write(state_records.DEVICE, {"device_name": torch.cuda.get_device_name(0),
                                            "cuda": torch.version.cuda or "",
-                                           "uuid": device_uuid(torch.cuda.get_device_properties(0))})
+                                           "uuid": machines.device_uuid(torch.cuda.get_device_properties(0))})
 
     def pytest_unconfigure(self, config):
         if _KEY in config.stash:

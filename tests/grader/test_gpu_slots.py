@@ -212,7 +212,7 @@ def test_the_report_says_which_gpu_a_grading_ran_on(monkeypatch, tmp_path):
 
 
 def test_the_device_uuid_is_written_as_nvml_writes_it():
-    from grader.pytest_plugin import device_uuid
+    device_uuid = machines.device_uuid
     assert device_uuid(_FakeProps("58e7-aa")) == "GPU-58e7-aa"
     assert device_uuid(_FakeProps("GPU-58e7")) == "GPU-58e7"
     assert device_uuid(_FakeProps(None)) == ""
