@@ -7,8 +7,8 @@ does a busy GPU cost anyone a point? The checks behind docs/instructor.md's "Eve
 The class: N distinct reference copies (default 24) and, unless --no-corpus, the corpus's wrong
 and right entries that apply on the GPU (grader/corpus.py), interleaved so that a run its
 deadline cuts short has graded a like share of each. Each run grades a fresh copy of it with
-`python -m grader grade-all --device cuda`, within --deadline seconds (then it is stopped and
-counts what finished):
+`python -m grader grade-all --device cuda`, within --deadline seconds, stopping it and letting its
+processes leave the GPUs included (a run stopped counts what finished):
   one:  on the first visible GPU alone (CUDA_VISIBLE_DEVICES=<it>);
   all:  on every visible GPU, with grade-all's own slots (grader/machines.py);
   busy: (--busy) on every visible GPU again, with a copy loop (grader/gpu_load.py) on the last.
@@ -55,7 +55,8 @@ from grader.corpus import Entry, load_corpus  # noqa: E402
 from grader.course import Course  # noqa: E402
 
 EPS = 1e-6
-SETTLE_S = 60.0         # after a run, how long its processes may take to leave the GPUs
+STOP_S = 15.0           # a run past its deadline: how long grade-all may take to end its gradings,
+SETTLE_S = 15.0         # and then its processes to leave the GPUs; both inside the run's deadline
 
 
 # -- the GPUs ------------------------------------------------------------------------------
@@ -90,6 +91,17 @@ def gpu_table() -> list[dict]:
             row["memory_gib"] = round(pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30, 1)
         table.append(row)
     return table
+
+
+def slot_plan(env: dict[str, str] | None, jobs: int | None) -> dict[str, int]:
+    """Slots per GPU as grade-all plans them in `env` (grader/machines.py), asked of a child
+    process: this one's CUDA saw every GPU when it started."""
+    code = ("import collections, json, sys; from grader import machines; from grader.assignment import Assignment; "
+            "b = Assignment.find(None).grading_gpu_bytes; j = int(sys.argv[1]) or machines.default_jobs('cuda', b); "
+            "print(json.dumps(collections.Counter(e.get('CUDA_VISIBLE_DEVICES', '?') for e in machines.slots('cuda', j, b))))")
+    got = subprocess.run([sys.executable, "-c", code, str(jobs or 0)], cwd=ROOT, env=env, capture_output=True, text=True)
+    lines = got.stdout.strip().splitlines()
+    return json.loads(lines[-1]) if got.returncode == 0 and lines else {}
 
 
 def which_gpu(report: dict, table: list[dict]) -> str:
@@ -188,6 +200,8 @@ def run_class(name: str, args, table: list[dict], entries: list[Entry], out: Pat
     where = f"GPU {gpus[0]} alone" if alone else f"all {len(gpus)} GPUs ({', '.join(gpus)})"
     print(f"\nrun {name}: {len(students)} gradings on {where}"
           + (f", a copy loop on GPU {load_gpu}" if load_gpu else "") + f"; deadline {args.deadline:g} s", flush=True)
+    plan = slot_plan(env, args.jobs_per_gpu * len(gpus) if args.jobs_per_gpu else None)
+    print(f"  grade-all's slots per GPU: {plan}", flush=True)
     load = gpu_load.start(gpu=load_gpu) if load_gpu is not None else None
     try:
         samplers = {row["id"]: MemorySampler(index=row["nvml_index"]) for row in table if row["nvml_index"] is not None}
@@ -195,13 +209,15 @@ def run_class(name: str, args, table: list[dict], entries: list[Entry], out: Pat
             for sampler in samplers.values():
                 stack.enter_context(sampler)
             t = time.monotonic()
-            run = bounded(cmd, args.deadline, out / f"run-{name}-grade-all.log", env=env)
-            wall = time.monotonic() - t
+            grading_s = args.deadline - STOP_S - SETTLE_S
+            run = bounded(cmd, grading_s, out / f"run-{name}-grade-all.log", env=env, grace_s=STOP_S)
+            # a run stopped at its deadline graded nothing after it (an interrupted grading keeps no report)
+            wall = min(time.monotonic() - t, grading_s)
     finally:
         if load is not None:
             load.kill()
             load.wait()
-    unsettled = settle(table)
+    unsettled = settle(table, limit_s=SETTLE_S)
     if unsettled:
         print(f"  still on the GPUs {SETTLE_S:g} s after the run: {unsettled}", flush=True)
     reports = {s: report_reader.read_or_none(course.report_path(s)) or {} for s in students}
@@ -240,7 +256,8 @@ def run_class(name: str, args, table: list[dict], entries: list[Entry], out: Pat
     result = {"name": name, "gpus": gpus, "load_gpu": load_gpu, "students": len(students), "graded": done,
               "wall_s": round(wall, 1), "rate_per_min": round(60 * done / wall, 2) if wall else 0.0,
               "cut": run.returncode == -9, "exit": run.returncode,
-              "at_once": int(at_once.group(1)) if at_once else None, "unsettled": unsettled,
+              "at_once": int(at_once.group(1)) if at_once else sum(plan.values()), "slots": plan,
+              "unsettled": unsettled,
               "per_gpu": per_gpu, "copies": copies, "kill": kill,
               "gpu_uuids": [row["uuid"] for row in table]}
     print_run(result)

@@ -132,3 +132,73 @@ def test_the_load_starts_on_the_gpu_asked_for(monkeypatch):
     assert seen["env"]["CUDA_VISIBLE_DEVICES"] == "5"
     gpu_load.start()
     assert seen["env"] is None          # the caller's environment: its first GPU
+
+
+def test_a_run_reads_what_grade_all_left(monkeypatch, tmp_path, capsys):
+    """run_class end to end, with grade-all, NVML and the load faked: a grade-all that writes each
+    student's report as if graded on the GPUs in turn (in the busy run, the copies on the loaded
+    GPU not measured)."""
+    import json
+    import subprocess
+    import types
+
+    from grader.course import Course
+    table = _table(2)
+    assignment = Assignment.find(None)
+    calls = []
+
+    def fake_grade_all(cmd, deadline_s, log, env=None, grace_s=0):
+        calls.append((cmd, env, deadline_s))
+        course = Course(Path(cmd[cmd.index("--course") + 1]), assignment)
+        gpus = [env["CUDA_VISIBLE_DEVICES"]] if env else ["0", "1"]
+        for i, student in enumerate(course.students()):
+            gpu = gpus[i % len(gpus)]
+            wrong = "wrong" in student
+            nm = len(calls) == 3 and gpu == "1" and not wrong      # the busy run: its loaded GPU
+            areas = {"padding": {"graded": True, "score": 0 if wrong else 10, "points": 10},
+                     "performance": {"graded": not nm, "score": 0 if nm else 15, "points": 15,
+                                     "note": "not measured, to be regraded: busy" if nm else ""}}
+            report = {"score": 15 if nm else 25 - 10 * wrong, "max_score": 15 if nm else 25, "tests": [],
+                      "extra_data": {"instructor": {"gpu": {"visible": gpu, "uuid": f"GPU-{gpu}"}}, "areas": areas,
+                                     "regrade": "performance: not measured" if nm else None}}
+            path = course.report_path(student)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(report))
+        return subprocess.CompletedProcess(cmd, 0, stdout="grade-all: ... gradings run on cuda with 4 at once, warm",
+                                           stderr="")
+
+    class Sampler:
+        def __init__(self, index=0):
+            self.peak_gib = 1.5 + index
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+    loads = []
+    monkeypatch.setattr(every_gpu, "bounded", fake_grade_all)
+    monkeypatch.setattr(every_gpu, "MemorySampler", Sampler)
+    monkeypatch.setattr(every_gpu, "settle", lambda table, keep=(), limit_s=0: None)
+    monkeypatch.setattr(every_gpu, "slot_plan", lambda env, jobs: {"0": 2} if env else {"0": 2, "1": 2})
+    monkeypatch.setattr(every_gpu.gpu_load, "start", lambda gpu=None: loads.append(gpu) or types.SimpleNamespace(
+        kill=lambda: None, wait=lambda: 0))
+    args = types.SimpleNamespace(copies=4, deadline=100.0, jobs_per_gpu=None)
+    runs = {name: every_gpu.run_class(name, args, table, [WRONG], tmp_path, ["0"] if name == "one" else ["0", "1"],
+                                      load_gpu="1" if name == "busy" else None) for name in ("one", "all", "busy")}
+    assert calls[0][1]["CUDA_VISIBLE_DEVICES"] == "0" and calls[1][1] is None
+    assert calls[0][2] == 100.0 - every_gpu.STOP_S - every_gpu.SETTLE_S
+    assert loads == ["1"]
+    assert runs["one"]["per_gpu"]["0"]["gradings"] == 5 and runs["one"]["per_gpu"]["1"]["gradings"] == 0
+    assert runs["all"]["per_gpu"]["0"]["gradings"] == 3 and runs["all"]["per_gpu"]["1"]["not_measured"] == 0
+    assert runs["busy"]["per_gpu"]["1"]["not_measured"] == 1 and runs["busy"]["per_gpu"]["0"]["not_measured"] == 0
+    assert runs["all"]["per_gpu"]["1"]["peak_gib"] == 2.5 and runs["all"]["at_once"] == 4
+    assert runs["one"]["kill"] == runs["all"]["kill"] == {WRONG.label: {"padding": "lost"}}
+    found = {c["check"]: c["ok"] for c in every_gpu.checks(runs, table, {WRONG.label: WRONG})}
+    assert found["every GPU used"] and found["the one-GPU run stayed on its GPU"]
+    assert found["the kill matrix the same on one GPU and on all"]
+    assert found["busy: no grading lost a point to the load"]
+    assert found["busy: copies on the loaded GPU not measured or waited"]
+    assert found["busy: the other GPUs' gradings measured as usual"]
+    out = capsys.readouterr().out
+    assert "run all: 5 of 5 graded" in out and "not measured" in out
