@@ -78,22 +78,21 @@ class MemorySampler:
 
 
 def bounded(cmd: list[str], deadline_s: float, log: Path, env: dict[str, str] | None = None,
-            grace_s: float = 45.0) -> subprocess.CompletedProcess:
-    """Run cmd (in `env`, default ours), its output to `log`; past deadline_s it is asked to stop
-    (SIGTERM: grade-all then ends its gradings, which run in sessions of their own) and after
-    grace_s more its whole process group is killed; either way the exit reads -9, so a part
-    always reports what finished."""
+            grace_s: float = 0.0) -> subprocess.CompletedProcess:
+    """Run cmd (in `env`, default ours), its output to `log`; past deadline_s its whole process
+    group is killed (exit -9), so a part always reports what finished. With grace_s it is first
+    asked to stop (SIGTERM: grade-all then ends its gradings, which run in sessions of their
+    own) and killed only if still there grace_s later."""
     with open(log, "w") as sink:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
                                 env=env)
         try:
             code = proc.wait(timeout=deadline_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                pass
+            if grace_s:
+                os.killpg(proc.pid, signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=grace_s)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()

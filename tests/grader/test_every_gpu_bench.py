@@ -202,3 +202,19 @@ def test_a_run_reads_what_grade_all_left(monkeypatch, tmp_path, capsys):
     assert found["busy: the other GPUs' gradings measured as usual"]
     out = capsys.readouterr().out
     assert "run all: 5 of 5 graded" in out and "not measured" in out
+
+
+def test_a_run_past_its_deadline_is_asked_to_stop_first(tmp_path):
+    """bench/h200_checks.bounded with grace_s: SIGTERM first (grade-all then ends its gradings), the
+    process group killed only if it is still there grace_s later; either way the exit reads -9."""
+    import sys
+    import time
+    script = ("import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: (print('stopping', flush=True), "
+              "sys.exit(0))); print('up', flush=True); time.sleep(60)")
+    t = time.monotonic()
+    run = every_gpu.bounded([sys.executable, "-c", script], 1.5, tmp_path / "log", grace_s=10)
+    assert run.returncode == -9 and "stopping" in run.stdout and time.monotonic() - t < 8
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+    t = time.monotonic()
+    run = every_gpu.bounded([sys.executable, "-c", stubborn], 1.5, tmp_path / "log2", grace_s=1)
+    assert run.returncode == -9 and time.monotonic() - t < 8
