@@ -20,6 +20,7 @@ Each part prints its table and writes DIR/<part>.json; exit 1 when a check fails
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -44,14 +45,14 @@ REFERENCE = ROOT / "reference" / "l1_paged_kv_write.py"
 
 
 class MemorySampler:
-    """The GPU's used memory every `every_s`, from NVML, while the block runs: its peak above
-    what was used when it started."""
+    """A GPU's used memory every `every_s`, from NVML, while the block runs: its peak above
+    what was used when it started. `index`: NVML's index of the GPU (the first by default)."""
 
-    def __init__(self, every_s: float = 0.05):
+    def __init__(self, every_s: float = 0.05, index: int = 0):
         import pynvml
         pynvml.nvmlInit()
         self.nvml, self.every_s = pynvml, every_s
-        self.handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
         self.base = self.peak = self._used()
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -76,15 +77,24 @@ class MemorySampler:
         return round((self.peak - self.base) / 2**30, 2)
 
 
-def bounded(cmd: list[str], deadline_s: float, log: Path) -> subprocess.CompletedProcess:
-    """Run cmd, its output to `log`; past deadline_s its whole process group is ended (exit -9),
-    so a part always reports what finished."""
+def bounded(cmd: list[str], deadline_s: float, log: Path, env: dict[str, str] | None = None,
+            grace_s: float = 0.0) -> subprocess.CompletedProcess:
+    """Run cmd (in `env`, default ours), its output to `log`; past deadline_s its whole process
+    group is killed (exit -9), so a part always reports what finished. With grace_s it is first
+    asked to stop (SIGTERM: grade-all then ends its gradings, which run in sessions of their
+    own) and killed only if still there grace_s later."""
     with open(log, "w") as sink:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+                                env=env)
         try:
             code = proc.wait(timeout=deadline_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            if grace_s:
+                os.killpg(proc.pid, signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=grace_s)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             code = -9
             print(f"ended after its {deadline_s:g} s deadline", flush=True)

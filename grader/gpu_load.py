@@ -3,10 +3,14 @@ job, as `validate --under-load` and bench/busy_gpu.py run it. It copies a buffer
 on the GPU until it is stopped (or for --seconds), steadily or in bursts.
 
     python -m grader.gpu_load [--gib 1] [--seconds S] [--burst-s B --pause-s P]
+
+On a host of several GPUs it loads the first one this process sees: CUDA_VISIBLE_DEVICES=3
+picks GPU 3, as start(gpu="3") does.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -28,11 +32,13 @@ def run(gib: float, seconds: float | None, burst_s: float, pause_s: float) -> No
             time.sleep(pause_s)
 
 
-def start(gib: float = 1.0, burst_s: float = 0.0, pause_s: float = 0.0) -> subprocess.Popen:
-    """The load as a child process, up and copying once this returns."""
+def start(gib: float = 1.0, burst_s: float = 0.0, pause_s: float = 0.0, gpu: str | None = None) -> subprocess.Popen:
+    """The load as a child process, up and copying once this returns: on `gpu` (a device as
+    CUDA_VISIBLE_DEVICES names it) where given, else on the first device this process sees."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else None
     proc = subprocess.Popen([sys.executable, "-m", "grader.gpu_load", "--gib", str(gib),
                              "--burst-s", str(burst_s), "--pause-s", str(pause_s), "--say-ready"],
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True, env=env)
     line = proc.stdout.readline()
     if line.strip() != "ready":
         proc.kill()

@@ -47,6 +47,16 @@ def environment(device: str) -> dict:
             else "unknown: the test run did not report it"}
 
 
+def gpu_of(device: str) -> str | dict:
+    """Which GPU the grading ran on (extra_data.instructor.gpu): "cpu" on the CPU; on a GPU the
+    CUDA_VISIBLE_DEVICES this process was given (grade-all gives each slot one GPU,
+    grader/machines.py) and the uuid of the device the test process opened, None until it
+    reports one (read_state)."""
+    if device != "cuda":
+        return "cpu"
+    return {"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "uuid": None}
+
+
 def precheck(submission: "Path | submission_file.Accepted", assignment: Assignment) -> str | None:
     """Why the file cannot be graded at all, or None. Runs no submitted code."""
     picked = submission_file.read(submission) if isinstance(submission, Path) else submission
@@ -108,7 +118,7 @@ def grade(assignment: Assignment, submission: Path, report_path: Path, device: s
     meta = {"file": picked.name, "sha256": picked.sha256, "bytes": len(picked.data)}
     env = environment(device)
     phases = {"startup_s": time.monotonic() - t0}
-    instructor: dict = {"seed": seed}
+    instructor: dict = {"seed": seed, "gpu": gpu_of(device)}
     problem = precheck(picked, assignment)
     results: list[TestResult] = []
     sandbox: dict = {}
@@ -254,6 +264,8 @@ def read_state(state: Path, assignment: Assignment, code: int, tail: str, instru
         if quiet.get("problem"):
             sandbox["gpu_quiet_problem"] = str(quiet["problem"])[:300]
     env.update({k: v for k, v in opened.items() if k in ("device_name", "cuda") and isinstance(v, str)})
+    if isinstance(instructor.get("gpu"), dict) and isinstance(opened.get("uuid"), str) and opened["uuid"]:
+        instructor["gpu"]["uuid"] = opened["uuid"][:100]
     if collected is None:
         instructor["pytest_tail"] = tail[-6000:]
         return [], sandbox, "the grader could not collect its hidden tests (see extra_data.instructor)"

@@ -36,6 +36,13 @@ def cuda_device_memory() -> list[int]:
     return sizes
 
 
+def device_uuid(props) -> str:
+    """The uuid of the GPU behind torch's device properties `props` as nvidia-smi and NVML write
+    it ("GPU-..."), or "" where torch gives none."""
+    uuid = str(getattr(props, "uuid", "") or "")
+    return uuid if not uuid or uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+
+
 class DeviceUnavailable(Exception):
     """--device cuda on a machine without a usable CUDA device."""
 

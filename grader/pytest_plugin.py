@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from . import state_records
+from . import machines, state_records
 from .assignment import Assignment
 from .scoring import WORKER_START
 from .sandbox import SandboxFailure, Submission, SubmissionError, SubmissionUnavailable
@@ -133,7 +133,8 @@ class SessionPlugin:
         if grading.device == "cuda":
             import torch
             grading.write(state_records.DEVICE, {"device_name": torch.cuda.get_device_name(0),
-                                           "cuda": torch.version.cuda or ""})
+                                           "cuda": torch.version.cuda or "",
+                                           "uuid": machines.device_uuid(torch.cuda.get_device_properties(0))})
 
     def pytest_unconfigure(self, config):
         if _KEY in config.stash:

@@ -97,6 +97,12 @@ def area_points(report: dict) -> dict[str, float | None]:
     return {name: (a.get("score") if a.get("graded") else None) for name, a in areas(report).items()}
 
 
+def gpu(report: dict) -> "dict | str | None":
+    """Which GPU the grading ran on: "cpu", {"visible": its CUDA_VISIBLE_DEVICES, "uuid": the
+    device's uuid}, or None in a report written before the grader recorded it."""
+    return _extra(report, "instructor").get("gpu")
+
+
 def test_detail(test: dict) -> dict:
     """One test's grader details: outcome, duration_s, and measure and figures where it was timed."""
     value = test.get("extra_data")

@@ -13,7 +13,7 @@ PYTEST = "pytest.json"          # pytest-json-report's report; a test's "metadat
 SANDBOX = "sandbox.json"        # how the submission's worker was confined (extra_data.sandbox)
 WORKER = "worker.json"          # {"restarts", "failures", "import_error", "timings", "log_tail"} of the
                                 # submission's workers: log_tail is the end of what they printed
-DEVICE = "device.json"          # {"device_name", "cuda"}: the GPU the test process opened
+DEVICE = "device.json"          # {"device_name", "cuda", "uuid"}: the GPU the test process opened
 QUIET = "quiet.json"            # {"checked", "problem"}: whether timings were checked for foreign GPU work
 
 
