@@ -18,7 +18,7 @@ import pytest
 
 from . import state_records
 from .assignment import Assignment
-from .scoring import WORKER_START
+from .scoring import DETAIL_CHARS, WORKER_START
 from .sandbox import SandboxFailure, Submission, SubmissionError, SubmissionUnavailable
 from .workers import confinement_for, started
 
@@ -444,6 +444,10 @@ def pytest_json_runtest_metadata(item, call):
     figures = dict(item.user_properties).get("figures") if call.when == "call" else None
     if isinstance(figures, dict):
         record["figures"] = dict(figures)      # numbers only: grade_one.py keeps nothing else
+    detail = dict(item.user_properties).get("detail") if call.when == "call" else None
+    if detail is not None:
+        # what a hidden test saw (record_property("detail", ...)): the instructor's, never the student's
+        record["detail"] = str(detail)[:DETAIL_CHARS]
     if call.when == "call" and _QUIET_FROM in item.stash:
         quiet, windows, waited = item.stash[_QUIET_FROM]
         item.stash.setdefault(_WAITS, {}).update(

@@ -14,12 +14,14 @@ import logging
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from . import intake, pages, views
 from .intake import QuotaRefused, Service
+from .limits import HEAD_TOO_LARGE, MAX_HEAD
 from .store import FILED, iso
 from .tokens import Identity, Refused, bearer, identify
 
@@ -78,7 +80,7 @@ async def post_submission(service: Service, request: Request) -> Response:
     who = await run_in_threadpool(_who, service, request)
     kind = request.query_params.get("kind")
     if kind not in intake.KINDS:
-        raise Refused(400, f"kind must be 'check' or 'hand-in' (?kind=check), not {kind!r}")
+        raise Refused(400, intake.kind_refused(kind))
     data = await intake.read_body(request, intake.MAX_UPLOAD)
     wrapped = intake.not_the_file(service.assignment.submission, request.headers.get("content-type"), data)
     if wrapped is not None:
@@ -162,6 +164,19 @@ def create(service: Service, on_shutdown=()) -> Starlette:
             await run_in_threadpool(fn)
 
     app = Starlette(routes=routes, exception_handlers={HTTPException: not_found, Exception: crashed},
-                    lifespan=lifespan)
+                    lifespan=lifespan, middleware=[Middleware(HeadLimit)])
     app.state.service = service
     return app
+
+
+class HeadLimit:
+    """Headers over MAX_HEAD in all get 431 and a sentence. h11 refuses a head over its limit only
+    while it is still arriving (protocol.py answers that case); one that came in whole is met here."""
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and sum(len(k) + len(v) + 4 for k, v in scope["headers"]) > MAX_HEAD:
+            await error(431, HEAD_TOO_LARGE)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)

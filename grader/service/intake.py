@@ -54,7 +54,7 @@ def submit(service: Service, who: Identity, kind: str | None, data: bytes) -> di
     if who.student is None:
         raise Refused(403, "an instructor token cannot submit: submissions are made with a student's token")
     if kind not in KINDS:
-        raise Refused(400, f"kind must be 'check' or 'hand-in', not {kind!r}")
+        raise Refused(400, kind_refused(kind))
     if not data:
         raise Refused(400, f"the upload is empty: send the bytes of your {service.assignment.submission}")
     if len(data) > MAX_UPLOAD:
@@ -116,6 +116,11 @@ def not_the_file(submission: str, content_type: str | None, data: bytes) -> Refu
                         f"curl --data-binary @{submission} -H 'Content-Type: text/x-python' -H 'Authorization: "
                         f"Bearer TOKEN' 'URL/api/submissions?kind=check', or with the course's client: "
                         f"make check, or python submit.py submit {submission}. Nothing was kept, and no check was spent")
+
+
+def kind_refused(kind: str | None) -> str:
+    choices = "kind must be 'check' or 'hand-in': ?kind=check (graded, changes nothing) or ?kind=hand-in (what the course grades)"
+    return f"{choices}; no kind was given" if not kind else f"{choices}, not {kind!r}"
 
 
 def too_large() -> Refused:

@@ -185,6 +185,8 @@ def submission_page(service: Service, who: Identity, sub_id: int) -> HTMLRespons
                  "gradings were used up. A check once the hour has room shows its score.</div>")
     else:
         body += "<p class=muted>This page refreshes itself until the report is in.</p>"
+    if who.student is None and row["status"] == "done":
+        body += _details(service.store.report(sub_id))
     if who.student is None:
         tried = service.store.gradings_of(sub_id)
         body += "<h2>Gradings</h2><table><tr><th>started</th><th>ended</th><th>outcome</th></tr>" + "".join(
@@ -192,6 +194,18 @@ def submission_page(service: Service, who: Identity, sub_id: int) -> HTMLRespons
             "</td></tr>" for g in tried) + "</table>"
     waiting = row["status"] in ("queued", "grading")
     return layout(service, f"Submission {sub_id}", body, who, refresh=3 if waiting else None)
+
+
+def _details(report: dict | None) -> str:
+    """What the hidden tests recorded for the instructor (record_property("detail", ...))."""
+    instructor = ((report or {}).get("extra_data") or {}).get("instructor") or {}
+    details, tests = instructor.get("details") or {}, instructor.get("tests") or {}
+    if not details:
+        return ""
+    return ("<h2>What the hidden tests recorded</h2><p class=muted>For the instructor only: a student's page never "
+            "shows it.</p><table><tr><th>#</th><th>test</th><th>detail</th></tr>" + "".join(
+                f"<tr><td>{_e(n)}</td><td>{_e(tests.get(n, ''))}</td><td>{_e(d)}</td></tr>"
+                for n, d in sorted(details.items())) + "</table>")
 
 
 def pseudonym(secret: str, student: str) -> str:

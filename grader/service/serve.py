@@ -109,7 +109,10 @@ def _serve(args, course: Course, device: str, jobs: int, deadline, default_timeo
     how = "as Slurm tasks" if cluster else "here"
     _say(f"serving {course.assignment.id} of {course.root} on http://{args.host}:{args.port} ({device}, {jobs} "
          f"at once {how}; database {_safe(url)})")
+    from .limits import MAX_HEAD
+    from .protocol import JsonErrorsH11Protocol
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
+                            http=JsonErrorsH11Protocol, h11_max_incomplete_event_size=MAX_HEAD,
                             proxy_headers=True, forwarded_allow_ips="127.0.0.1", timeout_graceful_shutdown=10)
     try:
         uvicorn.Server(config).run()
