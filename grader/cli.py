@@ -63,11 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     summary.add_parser(sub)     # summary
     service.add_parsers(sub)    # serve and tokens: the grading service (docs/service.md)
     from . import submit_client
-    submit_client.add_parsers(sub, prefix="submit-")   # submit, submit-status, submit-history
+    submit_client.add_parsers(sub, prefix="submit-")   # submit, submit-status, submit-history, submit-download
     args = ap.parse_args(argv)
-    if args.command in ("submit", "submit-status", "submit-history"):
+    if args.command in ("submit", "submit-status", "submit-history", "submit-download"):
         return submit_client.run(args)
-    if args.command in ("grade-all", "summary", "serve", "tokens"):
+    if args.command in ("grade-all", "summary", "serve", "tokens", "hand-ins"):
         return args.run(args)
     if args.command == "validate":
         from .validate import main as validate

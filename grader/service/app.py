@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from . import intake, pages, views
-from .intake import QuotaRefused, Service
+from .intake import QuotaRefused, Service, filed_feedback
 from .limits import HEAD_TOO_LARGE, MAX_HEAD
 from .store import FILED, iso
 from .tokens import Identity, Refused, bearer, identify
@@ -38,21 +38,29 @@ def refused(exc: Refused) -> JSONResponse:
     return error(exc.status, exc.message)
 
 
+def receipt(service: Service, row: dict) -> dict:
+    """What was filed: enough to prove later which bytes were accepted, and when."""
+    return {"sha256": row["sha256"], "size": row["size"], "submitted_at": iso(row["submitted_at"]),
+            "submitted_at_local": service.local(row["submitted_at"]), "file_url": f"/api/submissions/{row['id']}/file"}
+
+
 def public(service: Service, row: dict, who: Identity, report: dict | None) -> dict:
     """A submission as the API shows it to `who`."""
     out = {key: row[key] for key in ("id", "student", "kind", "status", "position", "late", "score", "max_score")}
-    out["submitted_at"] = iso(row["submitted_at"])
+    out.update(receipt(service, row))
     out["finished_at"] = iso(row["finished_at"])
+    out["finished_at_local"] = service.local(row["finished_at"])
+    if "counts" in row:
+        out["counts"] = row["counts"]
     out["feedback"] = None
     out["error"] = None
     if row["status"] == FILED:
         # Done as far as the client is concerned: nothing more will come of it before grade-all.
         out["status"] = "done"
-        out["feedback"] = (f"Handed in: your {service.assignment.submission} is filed for grading after the "
-                           "deadline. You had used this hour's gradings, so it was not graded now; a check "
-                           "once the hour has room shows its score.\n")
+        out["feedback"] = filed_feedback(service, row)
     elif row["status"] == "done" and report is not None:
-        out["feedback"] = views.shown(report, row["student"], service.assignment.visibility, service.past_deadline())
+        out["feedback"] = views.shown(report, row["student"], service.assignment.visibility,
+                                      service.past_deadline(student=row["student"]))
     elif row["status"] == "error":
         out["error"] = (row["error"] or "").strip()[-4000:] if who.student is None else (
             "the grader failed on this submission twice, not because of your code; your instructor can see why. "
@@ -85,13 +93,34 @@ async def post_submission(service: Service, request: Request) -> Response:
     wrapped = intake.not_the_file(service.assignment.submission, request.headers.get("content-type"), data)
     if wrapped is not None:
         raise wrapped
-    row = await run_in_threadpool(intake.submit, service, who, kind, data)
-    return JSONResponse({"id": row["id"], "kind": row["kind"], "status": row["status"], "position": row["position"],
-                         "late": row["late"]}, status_code=202)
+    late_ok = (request.query_params.get("late") or "").lower() in intake.YES
+    row = await run_in_threadpool(intake.submit, service, who, kind, data, late_ok)
+    answer = {"id": row["id"], "kind": row["kind"], "status": row["status"], "position": row["position"],
+              "late": row["late"], **receipt(service, row)}
+    if row["kind"] == "hand-in":
+        answer["counts"] = True
+        before = row["replaces"]
+        answer["replaces"] = None if before is None else {
+            "id": before["id"], "sha256": before["sha256"], "late": before["late"],
+            "submitted_at": iso(before["submitted_at"]), "submitted_at_local": service.local(before["submitted_at"])}
+    return JSONResponse(answer, status_code=202)
 
 
-def _one(service: Service, request: Request) -> Response:
+def _file(service: Service, request: Request) -> Response:
+    """Exactly the bytes that were filed, under the assignment's file name."""
     who = _who(service, request)
+    row = _owned(service, who, request)
+    return file_response(service, row)
+
+
+def file_response(service: Service, row: dict) -> Response:
+    data = service.store.data(row["id"])
+    return Response(data, media_type="text/x-python; charset=utf-8", headers={
+        "Content-Disposition": f'attachment; filename="{service.assignment.submission}"',
+        "X-Content-SHA256": row["sha256"], "Cache-Control": "no-store"})
+
+
+def _owned(service: Service, who: Identity, request: Request) -> dict:
     try:
         sub_id = int(request.path_params["id"])
     except ValueError:
@@ -100,22 +129,38 @@ def _one(service: Service, request: Request) -> Response:
     # Another student's id answers as an unknown one: a student never learns it exists.
     if row is None or (who.student is not None and row["student"] != who.student):
         raise Refused(404, "no such submission")
-    report = service.store.report(sub_id) if row["status"] == "done" else None
+    return row
+
+
+def _one(service: Service, request: Request) -> Response:
+    who = _who(service, request)
+    row = _owned(service, who, request)
+    if row["kind"] == "hand-in":
+        row["counts"] = (service.store.counted(row["student"]) or {}).get("id") == row["id"]
+    report = service.store.report(row["id"]) if row["status"] == "done" else None
     return JSONResponse(public(service, row, who, report))
 
 
 def _mine(service: Service, request: Request) -> Response:
     who = _who(service, request)
     rows = service.store.listed(who.student)
+    counts = {r["id"] for r in service.store.counted_all().values()}
+    for r in rows:
+        if r["kind"] == "hand-in":
+            r["counts"] = r["id"] in counts
     reports = {r["id"]: service.store.report(r["id"]) for r in rows if r["status"] == "done"}
     return JSONResponse([public(service, r, who, reports.get(r["id"])) for r in rows])
 
 
 def _me(service: Service, request: Request) -> Response:
     who = _who(service, request)
-    left = service.store.checks_left(who.student, service.checks_per_hour)[0] if who.student else None
+    closed = who.student is not None and service.past_deadline(student=who.student)
+    left = service.store.checks_left(who.student, service.checks_per_hour)[0] if who.student and not closed else None
+    deadline = service.deadline_for(who.student)
     return JSONResponse({"student": who.student, "role": who.role, "checks_left_this_hour": left,
-                         "deadline": iso(service.deadline), "assignment": service.assignment.id})
+                         "deadline": iso(deadline), "deadline_local": service.local(deadline),
+                         "past_deadline": service.past_deadline(student=who.student),
+                         "timezone": str(service.tz), "assignment": service.assignment.id})
 
 
 def _queue(service: Service, request: Request) -> Response:
@@ -153,6 +198,7 @@ def create(service: Service, on_shutdown=()) -> Starlette:
         Route("/api/submissions", post_submission, methods=["POST"]),
         Route("/api/submissions", threaded(_mine), methods=["GET"]),
         Route("/api/submissions/{id}", threaded(_one), methods=["GET"]),
+        Route("/api/submissions/{id}/file", threaded(_file), methods=["GET"]),
         Route("/api/me", threaded(_me), methods=["GET"]),
         Route("/api/queue", threaded(_queue), methods=["GET"]),
         *pages.routes(),

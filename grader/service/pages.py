@@ -28,9 +28,9 @@ from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from ..course import SUMMARY
-from . import intake, views
-from .intake import Service
-from .store import FILED, iso
+from . import counting, intake, views
+from .intake import Service, filed_feedback
+from .store import FILED
 from .tokens import Identity, Refused, identify
 
 COOKIE = "grader_token"
@@ -85,46 +85,63 @@ def _status(row: dict) -> str:
 
 
 def _late(row: dict) -> str:
-    return " <span class=late>late</span>" if row["late"] else ""
+    counts = " <span class=ok>counts</span>" if row.get("counts") else ""
+    return (" <span class=late>late</span>" if row["late"] else "") + counts
 
 
-def _history(rows: list[dict], with_student: bool = False) -> str:
+def _history(service: Service, rows: list[dict], with_student: bool = False) -> str:
     if not rows:
         return "<p class=muted>Nothing submitted yet.</p>"
     head = "<th>#</th>" + ("<th>student</th>" if with_student else "") + "<th>kind</th><th>sent</th><th>result</th>"
     body = "".join(
         f"<tr><td><a href=/submissions/{r['id']}>{r['id']}</a></td>"
         + (f"<td>{_e(r['student'])}</td>" if with_student else "")
-        + f"<td>{_e(r['kind'])}{_late(r)}</td><td>{_e(iso(r['submitted_at']))}</td><td>{_status(r)}</td></tr>"
+        + f"<td>{_e(r['kind'])}{_late(r)}</td><td>{_e(service.when(r['submitted_at']))}</td><td>{_status(r)}</td></tr>"
         for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
 def _info(service: Service, who: Identity) -> str:
     parts = [f"Hand in <code>{_e(service.assignment.submission)}</code>."]
-    if service.deadline is not None:
-        parts.append(f"Deadline: <b>{_e(iso(service.deadline))}</b>" + (" (passed: checks are closed, hand-ins are "
-                     "marked late)" if service.past_deadline() else "") + ".")
-    if who.student is not None and service.checks_per_hour is not None:
+    deadline = service.deadline_for(who.student)
+    closed = service.past_deadline(student=who.student)
+    if deadline is not None:
+        parts.append(f"Deadline: <b>{_e(service.when(deadline))}</b>" + (
+            " (passed: checks are closed; a hand-in now is late, and asks you to confirm)" if closed and who.student
+            else " (passed)" if closed else "") + ".")
+    if who.student is not None and service.checks_per_hour is not None and not closed:
         left, free_at = service.store.checks_left(who.student, service.checks_per_hour)
         parts.append(f"Checks left this hour: <b>{left}</b> of {service.checks_per_hour}"
-                     + (f" (the next frees up at {_e(iso(free_at))})" if free_at else "") + ".")
+                     + (f" (the next frees up at {_e(service.when(free_at))})" if free_at else "") + ".")
     return "<p>" + " ".join(parts) + "</p>"
 
 
-def _upload_form(service: Service) -> str:
-    closed = service.past_deadline()
+def _upload_form(service: Service, who: Identity) -> str:
+    closed = service.past_deadline(student=who.student)
+    if closed:
+        counted = service.store.counted(who.student)
+        replaces = ("no hand-in of yours yet: this one would count" if counted is None else
+                    f"it replaces your {'late' if counted['late'] else 'on-time'} hand-in #{counted['id']} of "
+                    f"{service.when(counted['submitted_at'])} as the one that counts; that one stays kept")
+        return ("<div class=box><form method=post action=/upload enctype=multipart/form-data>"
+                "<p><input type=file name=file accept=.py required> <input type=hidden name=kind value=hand-in>"
+                f"<label><input type=checkbox name=late value=yes> I hand this in late ({_e(replaces)})</label> "
+                "<button>Hand in late</button></p><p class=muted>The deadline has passed: checks are closed, and a "
+                "hand-in is marked late.</p></form></div>")
     return ("<div class=box><form method=post action=/upload enctype=multipart/form-data>"
             f"<p><input type=file name=file accept=.py required> "
-            f"<label><input type=radio name=kind value=check {'disabled' if closed else 'checked'}> check</label> "
-            f"<label><input type=radio name=kind value=hand-in {'checked' if closed else ''}> hand-in</label> "
+            "<label><input type=radio name=kind value=check checked> check</label> "
+            "<label><input type=radio name=kind value=hand-in> hand-in</label> "
             "<button>Send</button></p><p class=muted>A check grades your file with the hidden tests and changes "
-            "nothing; a hand-in is what the course grades. The file's name does not matter: it is graded as "
-            f"<code>{_e(service.assignment.submission)}</code>.</p></form></div>")
+            "nothing; a hand-in is what the course grades (every hand-in is kept; the latest counts). The file's "
+            f"name does not matter: it is graded as <code>{_e(service.assignment.submission)}</code>.</p></form></div>")
 
 
 def student_home(service: Service, who: Identity, message: str = "", status: int = 200) -> HTMLResponse:
     rows = service.store.listed(who.student)
+    counted = service.store.counted(who.student)
+    for r in rows:
+        r["counts"] = counted is not None and r["id"] == counted["id"]
     waiting = [r for r in rows if r["status"] in ("queued", "grading")]
     queue = ""
     if waiting:
@@ -133,8 +150,8 @@ def student_home(service: Service, who: Identity, message: str = "", status: int
             for r in waiting) + "</ul>"
     links = "<p><a href=/leaderboard>Leaderboard</a></p>" if service.assignment.leaderboard else ""
     note = f"<div class='box error'>{_e(message)}</div>" if message else ""
-    body = (note + _info(service, who) + _upload_form(service) + queue + "<h2>Your submissions</h2>"
-            + _history(rows) + links)
+    body = (note + _info(service, who) + _upload_form(service, who) + queue + "<h2>Your submissions</h2>"
+            + _history(service, rows) + links)
     return layout(service, "Submissions", body, who, status=status, refresh=5 if waiting else None)
 
 
@@ -154,7 +171,7 @@ def instructor_home(service: Service, who: Identity) -> HTMLResponse:
                      f"<td>{_latest(mine.get('hand-in'))}</td></tr>")
     students = ("<table><tr><th>student</th><th>latest check</th><th>latest hand-in</th></tr>" + "".join(cells)
                 + "</table>") if cells else "<p class=muted>No student has submitted yet.</p>"
-    queue = _history(order, with_student=True) if order else "<p class=muted>The queue is empty.</p>"
+    queue = _history(service, order, with_student=True) if order else "<p class=muted>The queue is empty.</p>"
     summary = service.course.root / SUMMARY / "index.html"
     links = ("<p><a href=/course/summary/index.html>Class summary</a> (of the last grade-all)</p>" if summary.is_file()
              else "<p class=muted>No class summary yet: after grade-all, run <code>python -m grader summary --course "
@@ -169,20 +186,26 @@ def submission_page(service: Service, who: Identity, sub_id: int) -> HTMLRespons
     row = service.store.get(sub_id)
     if row is None or (who.student is not None and row["student"] != who.student):
         return layout(service, "Not found", "<p>No such submission.</p>", who, status=404)
+    counted = service.store.counted(row["student"]) if row["kind"] == "hand-in" else None
+    row["counts"] = counted is not None and counted["id"] == row["id"]
     facts = (f"<p>#{row['id']} · {_e(row['student'])} · {_e(row['kind'])}{_late(row)} · sent "
-             f"{_e(iso(row['submitted_at']))} · {_status(row)}</p>")
-    body = facts
+             f"{_e(service.when(row['submitted_at']))} · {_status(row)}</p>")
+    body = facts + _receipt(service, row)
+    if row["kind"] == "hand-in" and who.student is None and not row["counts"]:
+        body += (f"<form method=post action=/submissions/{row['id']}/activate><p>This is not the hand-in that counts"
+                 + (f" (#{counted['id']} is)" if counted else "") + ". <button>Make this the hand-in that counts"
+                 "</button></p></form>")
     if row["status"] == "done":
         report = service.store.report(sub_id)
-        text = views.shown(report, row["student"], service.assignment.visibility, service.past_deadline())
+        text = views.shown(report, row["student"], service.assignment.visibility,
+                           service.past_deadline(student=row["student"]))
         body += f"<div class=feedback>{_markdown(text)}</div>"
     elif row["status"] == "error":
         body += ("<div class='box error'>The grader failed on this submission twice, not because of the code in it. "
                  + ("What it said:</div><pre>" + _e((row["error"] or "")[-4000:]) + "</pre>" if who.student is None
                     else "Your instructor can see why. Sending it again later is safe.</div>"))
     elif row["status"] == FILED:
-        body += ("<div class=box>Filed for grading after the deadline. It was not graded now: the hour's "
-                 "gradings were used up. A check once the hour has room shows its score.</div>")
+        body += f"<div class=box>{_e(filed_feedback(service, row))}</div>"
     else:
         body += "<p class=muted>This page refreshes itself until the report is in.</p>"
     if who.student is None and row["status"] == "done":
@@ -190,10 +213,17 @@ def submission_page(service: Service, who: Identity, sub_id: int) -> HTMLRespons
     if who.student is None:
         tried = service.store.gradings_of(sub_id)
         body += "<h2>Gradings</h2><table><tr><th>started</th><th>ended</th><th>outcome</th></tr>" + "".join(
-            f"<tr><td>{_e(iso(g['started_at']))}</td><td>{_e(iso(g['ended_at']))}</td><td>{_e(g['outcome'] or 'running')}"
+            f"<tr><td>{_e(service.when(g['started_at']))}</td>"
+            f"<td>{_e(service.when(g['ended_at']) if g['ended_at'] else '')}</td><td>{_e(g['outcome'] or 'running')}"
             "</td></tr>" for g in tried) + "</table>"
     waiting = row["status"] in ("queued", "grading")
     return layout(service, f"Submission {sub_id}", body, who, refresh=3 if waiting else None)
+
+
+def _receipt(service: Service, row: dict) -> str:
+    return (f"<p class=receipt>Receipt: sha256 <code>{_e(row['sha256'])}</code> · {row['size']} bytes · received "
+            f"{_e(service.when(row['submitted_at']))} · <a href=/submissions/{row['id']}/file download>"
+            "download exactly what was filed</a></p>")
 
 
 def _details(report: dict | None) -> str:
@@ -311,8 +341,8 @@ async def upload(request: Request) -> Response:
     if not _same_origin(request):
         return plain_error(403, "a form from another site cannot submit here")
     try:
-        kind, data = await _form_file(request)
-        row = await run_in_threadpool(intake.submit, service, who, kind, data)
+        kind, data, late_ok = await _form_file(request)
+        row = await run_in_threadpool(intake.submit, service, who, kind, data, late_ok)
     except Refused as exc:
         if who.student is None:
             return plain_error(exc.status, exc.message)
@@ -320,7 +350,7 @@ async def upload(request: Request) -> Response:
     return RedirectResponse(f"/submissions/{row['id']}", status_code=303)
 
 
-async def _form_file(request: Request) -> tuple[str | None, bytes]:
+async def _form_file(request: Request) -> tuple[str | None, bytes, bool]:
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise Refused(400, "send the file from the page's form (multipart/form-data)")
     body = await intake.read_body(request, intake.MAX_UPLOAD + FORM_OVERHEAD)
@@ -338,8 +368,8 @@ async def _form_file(request: Request) -> tuple[str | None, bytes]:
     data = await file.read(intake.MAX_UPLOAD + 1)
     if len(data) > intake.MAX_UPLOAD:
         raise intake.too_large()
-    kind = form.get("kind")
-    return (kind if isinstance(kind, str) else None), data
+    kind, late = form.get("kind"), form.get("late")
+    return (kind if isinstance(kind, str) else None), data, isinstance(late, str) and late.lower() in intake.YES
 
 
 def submission(request: Request) -> Response:
@@ -351,6 +381,44 @@ def submission(request: Request) -> Response:
     except ValueError:
         return plain_error(404, "no such submission")
     return submission_page(_service(request), who, sub_id)
+
+
+def submission_file(request: Request) -> Response:
+    """What was filed, byte for byte: the student's own, or any for the instructor."""
+    who = _cookie_who(request)
+    if who is None:
+        return login_page(_service(request), "log in with your token first", status=401)
+    service = _service(request)
+    try:
+        row = service.store.get(int(request.path_params["id"]))
+    except ValueError:
+        row = None
+    if row is None or (who.student is not None and row["student"] != who.student):
+        return plain_error(404, "no such submission")
+    from .app import file_response
+    return file_response(service, row)
+
+
+async def activate(request: Request) -> Response:
+    """The instructor makes this hand-in the one that counts (grade-all grades it)."""
+    service = _service(request)
+    who = await run_in_threadpool(_cookie_who, request)
+    if who is None or who.student is not None:
+        return plain_error(403, "only the instructor chooses which hand-in counts")
+    if not _same_origin(request):
+        return plain_error(403, "a form from another site cannot change this")
+    try:
+        sub_id = int(request.path_params["id"])
+    except ValueError:
+        return plain_error(404, "no such submission")
+    row = await run_in_threadpool(service.store.get, sub_id)
+    if row is None:
+        return plain_error(404, "no such submission")
+    try:
+        await run_in_threadpool(counting.activate, service.course, service.store, row["student"], sub_id)
+    except ValueError as exc:
+        return plain_error(400, str(exc))
+    return RedirectResponse(f"/submissions/{sub_id}", status_code=303)
 
 
 def leaderboard(request: Request) -> Response:
@@ -392,6 +460,8 @@ def routes() -> list[Route]:
         Route("/logout", logout, methods=["POST"]),
         Route("/upload", upload, methods=["POST"]),
         Route("/submissions/{id}", submission, methods=["GET"]),
+        Route("/submissions/{id}/file", submission_file, methods=["GET"]),
+        Route("/submissions/{id}/activate", activate, methods=["POST"]),
         Route("/leaderboard", leaderboard, methods=["GET"]),
         Route("/course/{path:path}", course_file, methods=["GET"]),
     ]

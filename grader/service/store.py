@@ -64,6 +64,14 @@ gradings = sa.Table(
     sa.Column("outcome", sa.String(16)),          # report | failed | interrupted; None while it runs
     sa.Column("detail", sa.Text))
 
+# The hand-in that counts, where the instructor chose one (`grader hand-ins --activate`, the page):
+# without a row, a student's newest hand-in counts. A new hand-in removes the row (it counts).
+counted = sa.Table(
+    "service_counted", metadata,
+    sa.Column("student", sa.String(200), primary_key=True),
+    sa.Column("submission_id", sa.Integer, sa.ForeignKey("service_submissions.id"), nullable=False),
+    sa.Column("chosen_at", sa.DateTime, nullable=False))
+
 settings = sa.Table(
     "service_settings", metadata,
     sa.Column("key", sa.String(64), primary_key=True),
@@ -160,6 +168,8 @@ class Store:
                     status = FILED
             if before_insert is not None:
                 before_insert()
+            if kind == "hand-in":
+                c.execute(counted.delete().where(counted.c.student == student))
             turn = self._next_turn(c, student) if status == "queued" else 0
             new_id = c.execute(submissions.insert().values(
                 student=student, kind=kind, data=data, sha256=sha256, submitted_at=t, late=late, turn=turn,
@@ -256,6 +266,52 @@ class Store:
                 out.setdefault(row["student"], {})[row["kind"]] = dict(row)
         return out
 
+    # -- hand-ins: every one kept; one counts ------------------------------------------------
+    def hand_ins(self, student: str) -> list[dict]:
+        """A student's hand-ins, oldest first, each with `counts` (the one grade-all grades)."""
+        with self.engine.connect() as c:
+            rows = [dict(r) for r in c.execute(sa.select(*_listed).where(
+                submissions.c.student == student, submissions.c.kind == "hand-in").order_by(submissions.c.id))
+                .mappings()]
+            chosen = c.execute(sa.select(counted.c.submission_id).where(counted.c.student == student)).scalar()
+        which = chosen if chosen is not None else (rows[-1]["id"] if rows else None)
+        for row in rows:
+            row["counts"] = row["id"] == which
+        return rows
+
+    def counted(self, student: str) -> dict | None:
+        return next((r for r in self.hand_ins(student) if r["counts"]), None)
+
+    def counted_all(self) -> dict[str, dict]:
+        """student -> the hand-in that counts, for every student with one."""
+        newest = sa.select(sa.func.max(submissions.c.id)).where(submissions.c.kind == "hand-in") \
+            .group_by(submissions.c.student)
+        with self.engine.connect() as c:
+            chosen = dict(c.execute(sa.select(counted.c.student, counted.c.submission_id)).all())
+            ids = set(c.execute(newest).scalars())
+            ids = {i for i in ids} | set(chosen.values())
+            rows = [dict(r) for r in c.execute(sa.select(*_listed).where(submissions.c.id.in_(ids))).mappings()]
+        out: dict[str, dict] = {}
+        for row in sorted(rows, key=lambda r: r["id"]):
+            student = row["student"]
+            if student in chosen and chosen[student] != row["id"]:
+                continue
+            out[student] = dict(row, counts=True)
+        return out
+
+    def choose(self, student: str, sub_id: int, write_folder=None) -> dict:
+        """Make hand-in `sub_id` the student's one that counts. `write_folder(row, data)` runs in
+        the same step (the course folder's copy). ValueError says why it cannot be."""
+        with self.write, self.engine.begin() as c:
+            row = c.execute(sa.select(*_listed, submissions.c.data).where(submissions.c.id == sub_id)).mappings().first()
+            if row is None or row["student"] != student or row["kind"] != "hand-in":
+                raise ValueError(f"#{sub_id} is not a hand-in of {student}'s")
+            if write_folder is not None:
+                write_folder(dict(row), row["data"])
+            c.execute(counted.delete().where(counted.c.student == student))
+            c.execute(counted.insert().values(student=student, submission_id=sub_id, chosen_at=now()))
+        return self.counted(student)
+
     def done_checks(self) -> list[dict]:
         """Every graded check, with its report (the leaderboard's material)."""
         with self.engine.connect() as c:
@@ -327,4 +383,5 @@ class Store:
 
 # What a listing carries: everything but the bytes and the report.
 _listed = [submissions.c[name] for name in ("id", "student", "kind", "sha256", "submitted_at", "late", "turn", "status",
-                                            "failures", "started_at", "finished_at", "score", "max_score", "error")]
+                                            "failures", "started_at", "finished_at", "score", "max_score", "error")] \
+    + [sa.func.length(submissions.c.data).label("size")]

@@ -166,7 +166,7 @@ def test_one_student_never_sees_another_students_submissions(served):
     assert isinstance(server.request("GET", "/api/queue", toks["instructor"]).body, list)
     me = server.request("GET", "/api/me", toks["instructor"]).body
     assert me == {"student": None, "role": "instructor", "checks_left_this_hour": None, "deadline": None,
-                  "assignment": "toy_add"}
+                  "deadline_local": None, "past_deadline": False, "timezone": "UTC", "assignment": "toy_add"}
 
 
 @pytest.mark.slow
