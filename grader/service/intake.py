@@ -15,12 +15,15 @@ from .. import submission_file
 from ..course import Course
 from . import hand_in
 from .store import QuotaExceeded, Store, now
-from .tokens import Identity, Refused
+from .guard import FAILURES, Blocked, LoginGuard
+from .tokens import Identity, Refused, identify
 
 MAX_UPLOAD = 2**20          # far above a kernel file; a larger upload is refused
 DRAIN_LIMIT = 16 * 2**20    # an upload this large is read to its end before the refusal; a larger one is cut
 KINDS = ("check", "hand-in")
 YES = ("1", "yes", "true", "on")
+SESSION_AFTER_DEADLINE = datetime.timedelta(days=7)
+SESSION_WITHOUT_DEADLINE = datetime.timedelta(days=30)
 # What curl -F (multipart) and curl -d (form-encoded: urllib's and curl's default for a body) send.
 FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
 
@@ -36,6 +39,36 @@ class Service:
     device: str = "cpu"
     extra: dict = field(default_factory=dict)
     tz: datetime.tzinfo = datetime.timezone.utc    # the course's zone: every time a person reads is in it
+    guard: LoginGuard = field(default_factory=LoginGuard)
+
+    def identify(self, token: str | None, address: str) -> Identity:
+        """The token's owner, as tokens.identify; a token not known here counts as a failed log-in
+        from `address`, and an address over the limit is refused (429) whatever it sends."""
+        try:
+            self.guard.check(address)
+        except Blocked as exc:
+            raise QuotaRefused(f"too many failed log-ins from your address ({FAILURES} within a minute): log-ins "
+                               f"from it are refused for {exc.retry_after_s} s more. Check that you copied your "
+                               "token whole, or ask your instructor", exc.retry_after_s) from None
+        try:
+            return identify(self.store, token)
+        except Refused as exc:
+            if exc.status == 401 and token:
+                self.guard.failed(address)
+            raise
+
+    def session_expiry(self, student: str | None) -> datetime.datetime:
+        """When a log-in on the pages ends by itself: a student's, a week after their deadline; the
+        instructor's (and any without a deadline), 30 days after it was made. Refused(403) for a
+        student whose deadline passed more than a week ago."""
+        deadline = self.deadline_for(student)
+        if student is None or deadline is None:
+            return now() + SESSION_WITHOUT_DEADLINE
+        ends = deadline + SESSION_AFTER_DEADLINE
+        if ends <= now():
+            raise Refused(403, f"log-ins on these pages closed a week after the deadline ({self.when(ends)}); the "
+                               "course's client (python submit.py) still works with your token")
+        return ends
 
     @property
     def assignment(self):

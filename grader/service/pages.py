@@ -1,6 +1,8 @@
 """The web pages: the same service as the API, as server-rendered HTML with plain forms (no
-script at all). A token typed into the login form is kept in an HttpOnly, SameSite=Strict cookie
-(Secure behind TLS), so no page script could read it and no other site's form can post with it.
+script at all). A token typed into the login form starts a session (tokens.log_in): the cookie holds
+the session's random id, never the token, HttpOnly and SameSite=Strict (Secure behind TLS), so no
+page script could read it and no other site's form can post with it. Log-out ends the session, as
+revoking the token does; it ends by itself a week after the student's deadline.
 
     /                   student: upload, checks left, place in the queue, history
                         instructor: every student's latest check and hand-in, the queue, links
@@ -10,6 +12,7 @@ script at all). A token typed into the login form is kept in an HttpOnly, SameSi
 """
 from __future__ import annotations
 
+import datetime
 import hashlib
 import hmac
 import html
@@ -28,12 +31,13 @@ from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from ..course import SUMMARY
-from . import counting, intake, views
+from . import counting, guard, intake, tokens, views
 from .intake import Service, filed_feedback
 from .store import FILED
-from .tokens import Identity, Refused, identify
+from .store import now
+from .tokens import Identity, Refused
 
-COOKIE = "grader_token"
+COOKIE = "grader_session"
 FORM_OVERHEAD = 64 * 1024          # the multipart envelope around the file
 COURSE_FOLDERS = (SUMMARY, "autograded", "feedback")
 _markdown = mistune.create_markdown(escape=True, plugins=["table"])
@@ -178,8 +182,26 @@ def instructor_home(service: Service, who: Identity) -> HTMLResponse:
                   "COURSE</code>; it is then linked here.</p>")
     if service.assignment.leaderboard:
         links += "<p><a href=/leaderboard>Leaderboard</a></p>"
-    body = (_info(service, who) + links + "<h2>Students</h2>" + students + "<h2>Queue</h2>" + queue)
+    body = (_info(service, who) + links + "<h2>Students</h2>" + students + "<h2>Queue</h2>" + queue
+            + _failed_logins(service))
     return layout(service, "Instructor", body, who, refresh=10 if order else None)
+
+
+def _failed_logins(service: Service) -> str:
+    rows = service.guard.counts()
+    if not rows:
+        return "<h2>Failed log-ins</h2><p class=muted>None since the service started.</p>"
+    return ("<h2>Failed log-ins</h2><p class=muted>Since the service started, by source address; "
+            f"{guard.FAILURES} within a minute limit an address for a minute.</p><table class=failed-logins><tr>"
+            "<th>address</th><th>failed</th><th>limited</th><th>refused while limited</th><th>last failure</th></tr>"
+            + "".join(f"<tr><td>{_e(r['address'])}</td><td class=num>{r['failures']}</td><td class=num>{r['limited']}"
+                      + (f" (now, {r['blocked_s']} s left)" if r["blocked_s"] else "") + f"</td><td class=num>"
+                      f"{r['refused']}</td><td>{_e(service.when(_utc_naive(r['last_failure'])))}</td></tr>"
+                      for r in rows) + "</table>")
+
+
+def _utc_naive(epoch: float | None) -> datetime.datetime | None:
+    return None if epoch is None else datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).replace(tzinfo=None)
 
 
 def submission_page(service: Service, who: Identity, sub_id: int) -> HTMLResponse:
@@ -292,10 +314,7 @@ def _service(request: Request) -> Service:
 
 
 def _cookie_who(request: Request) -> Identity | None:
-    try:
-        return identify(_service(request).store, request.cookies.get(COOKIE))
-    except Refused:
-        return None
+    return tokens.session_identity(_service(request).store, request.cookies.get(COOKIE))
 
 
 def _same_origin(request: Request) -> bool:
@@ -317,17 +336,27 @@ async def login(request: Request) -> Response:
         return plain_error(403, "a form from another site cannot log in here")
     form = await request.form(max_files=0, max_fields=2, max_part_size=4096)
     token = str(form.get("token") or "").strip()
+    source = request.client.host if request.client else "unknown"
+
+    def start() -> tuple[str, datetime.datetime]:
+        who = service.identify(token, source)       # counts a failure, refuses a limited address
+        expires = service.session_expiry(who.student)
+        return tokens.log_in(service.store, token, expires)[1], expires
     try:
-        await run_in_threadpool(identify, service.store, token)
+        session, expires = await run_in_threadpool(start)
     except Refused as exc:
-        return login_page(service, exc.message, status=exc.status)
+        response = login_page(service, exc.message, status=exc.status)
+        if isinstance(exc, intake.QuotaRefused):
+            response.headers["Retry-After"] = str(exc.retry_after_s)
+        return response
     response = RedirectResponse("/", status_code=303)
-    response.set_cookie(COOKIE, token, httponly=True, samesite="strict", secure=request.url.scheme == "https",
-                        max_age=180 * 24 * 3600)
+    response.set_cookie(COOKIE, session, httponly=True, samesite="strict", secure=request.url.scheme == "https",
+                        max_age=max(60, int((expires - now()).total_seconds())))
     return response
 
 
 async def logout(request: Request) -> Response:
+    await run_in_threadpool(tokens.log_out, _service(request).store, request.cookies.get(COOKIE))
     response = RedirectResponse("/", status_code=303)
     response.delete_cookie(COOKIE, httponly=True, samesite="strict")
     return response

@@ -129,7 +129,9 @@ def _serve(args, course: Course, device: str, jobs: int, deadline, zone, default
     graders = Graders(course, store, device, jobs, timeout_s, warm=not args.cold, say=_say, cluster=cluster)
     if graders.note:
         _say(graders.note)
-    service = Service(course, store, deadline, args.checks_per_hour or None, graders, device, tz=zone)
+    from .guard import LoginGuard
+    service = Service(course, store, deadline, args.checks_per_hour or None, graders, device, tz=zone,
+                      guard=LoginGuard(say=_say))
     app = create(service, on_shutdown=[graders.stop, store.close])
     graders.start()
     how = "as Slurm tasks" if cluster else "here"

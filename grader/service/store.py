@@ -64,6 +64,18 @@ gradings = sa.Table(
     sa.Column("outcome", sa.String(16)),          # report | failed | interrupted; None while it runs
     sa.Column("detail", sa.Text))
 
+# A log-in on the pages: the cookie holds a random id, stored only as its SHA-256. It ends at log-out,
+# when its token is revoked, or at `expires_at` (the student's deadline plus a week).
+sessions = sa.Table(
+    "service_sessions", metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("digest", sa.String(64), nullable=False, unique=True),
+    sa.Column("token_id", sa.Integer, sa.ForeignKey("service_tokens.id"), nullable=False, index=True),
+    sa.Column("student", sa.String(200)),                               # None: the instructor's
+    sa.Column("created_at", sa.DateTime, nullable=False),
+    sa.Column("expires_at", sa.DateTime, nullable=False),
+    sa.Column("ended_at", sa.DateTime))
+
 # The hand-in that counts, where the instructor chose one (`grader hand-ins --activate`, the page):
 # without a row, a student's newest hand-in counts. A new hand-in removes the row (it counts).
 counted = sa.Table(
