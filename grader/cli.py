@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.command in ("submit", "submit-status", "submit-history", "submit-download"):
         return submit_client.run(args)
-    if args.command in ("grade-all", "summary", "serve", "tokens", "hand-ins"):
+    if args.command in ("grade-all", "summary", "serve", "tokens", "hand-ins", "extend"):
         return args.run(args)
     if args.command == "validate":
         from .validate import main as validate

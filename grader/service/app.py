@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from . import intake, pages, views
+from . import intake, pages, roster, views
 from .intake import QuotaRefused, Service, filed_feedback
 from .limits import HEAD_TOO_LARGE, MAX_HEAD
 from .store import FILED, iso
@@ -175,6 +175,15 @@ def _queue(service: Service, request: Request) -> Response:
                          for r in service.store.queue()])
 
 
+def _roster(service: Service, request: Request) -> Response:
+    who = _who(service, request)
+    if who.student is not None:
+        raise Refused(403, "only the instructor sees the class")
+    from .pages import class_roster
+    return JSONResponse([dict(roster.flat(r), deadline_local=service.local(r["deadline"]))
+                         for r in class_roster(service)])
+
+
 def threaded(fn):
     @api
     async def handler(service: Service, request: Request) -> Response:
@@ -205,6 +214,7 @@ def create(service: Service, on_shutdown=()) -> Starlette:
         Route("/api/submissions/{id}/file", threaded(_file), methods=["GET"]),
         Route("/api/me", threaded(_me), methods=["GET"]),
         Route("/api/queue", threaded(_queue), methods=["GET"]),
+        Route("/api/roster", threaded(_roster), methods=["GET"]),
         *pages.routes(),
     ]
     @contextlib.asynccontextmanager

@@ -13,6 +13,7 @@ def add_parsers(sub) -> None:
     _serve_parser(sub)
     _tokens_parser(sub)
     _hand_ins_parser(sub)
+    _extend_parser(sub)
 
 
 def _serve_parser(sub) -> None:
@@ -78,6 +79,23 @@ def _hand_ins_parser(sub) -> None:
     what.add_argument("--activate", nargs=2, metavar=("STUDENT", "ID"),
                       help="make hand-in ID (the # of --list) the one of STUDENT's that counts")
     p.set_defaults(run=_hand_ins)
+
+
+def _extend_parser(sub) -> None:
+    p = sub.add_parser("extend", help="give one student a deadline of their own (checks, lateness and what "
+                                      "reports show follow it)")
+    p.add_argument("--course", required=True, type=course_folder, help="course folder")
+    p.add_argument("--db", help="the service's database URL (default: sqlite:///COURSE/service.db)")
+    p.add_argument("student", help="the student's id")
+    when = p.add_mutually_exclusive_group(required=True)
+    when.add_argument("--until", help="ISO-8601 time (a time without a zone is UTC), e.g. 2026-03-04T23:59:00+01:00")
+    when.add_argument("--remove", action="store_true", help="back to the course's deadline")
+    p.set_defaults(run=_extend)
+
+
+def _extend(args) -> int:
+    from .roster import extend_main
+    return extend_main(args)
 
 
 def _hand_ins(args) -> int:

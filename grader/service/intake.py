@@ -75,7 +75,12 @@ class Service:
         return self.course.assignment
 
     def deadline_for(self, student: str | None) -> datetime.datetime | None:
-        """The deadline that holds for `student` (naive UTC)."""
+        """The deadline that holds for `student` (naive UTC): their extension (`grader extend`), else
+        the course's."""
+        if student is not None:
+            own = self.store.extension(student)
+            if own is not None:
+                return own
         return self.deadline
 
     def past_deadline(self, when: datetime.datetime | None = None, student: str | None = None) -> bool:

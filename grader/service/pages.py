@@ -31,7 +31,7 @@ from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from ..course import SUMMARY
-from . import counting, guard, intake, tokens, views
+from . import counting, guard, intake, roster, tokens, views
 from .intake import Service, filed_feedback
 from .store import FILED
 from .store import now
@@ -110,7 +110,9 @@ def _info(service: Service, who: Identity) -> str:
     deadline = service.deadline_for(who.student)
     closed = service.past_deadline(student=who.student)
     if deadline is not None:
-        parts.append(f"Deadline: <b>{_e(service.when(deadline))}</b>" + (
+        own = who.student is not None and deadline != service.deadline
+        parts.append(("Your own deadline (an extension)" if own else "Deadline")
+                     + f": <b>{_e(service.when(deadline))}</b>" + (
             " (passed: checks are closed; a hand-in now is late, and asks you to confirm)" if closed and who.student
             else " (passed)" if closed else "") + ".")
     if who.student is not None and service.checks_per_hour is not None and not closed:
@@ -165,16 +167,27 @@ def _latest(row: dict | None) -> str:
     return f"<a href=/submissions/{row['id']}>#{row['id']}</a> {_status(row)}{_late(row)}"
 
 
+def class_roster(service: Service) -> list[dict]:
+    return roster.rows(service.store, service.deadline, roster.gradebook_students(service.course.root))
+
+
 def instructor_home(service: Service, who: Identity) -> HTMLResponse:
-    latest = service.store.latest()
     order = service.store.queue()
     cells = []
-    for student in sorted(latest):
-        mine = latest[student]
-        cells.append(f"<tr><td>{_e(student)}</td><td>{_latest(mine.get('check'))}</td>"
-                     f"<td>{_latest(mine.get('hand-in'))}</td></tr>")
-    students = ("<table><tr><th>student</th><th>latest check</th><th>latest hand-in</th></tr>" + "".join(cells)
-                + "</table>") if cells else "<p class=muted>No student has submitted yet.</p>"
+    for r in class_roster(service):
+        hand_in = r["hand_in"]
+        counted = "<span class=muted>none</span>" if hand_in is None else (
+            f"<a href=/submissions/{hand_in['id']}>#{hand_in['id']}</a> {_e(service.when(hand_in['submitted_at']))} "
+            + ("<span class=late>late</span>" if hand_in["late"] else "on time") + f" · {_status(hand_in)}")
+        token = {"yes": "", "revoked": " <span class=muted>(token revoked)</span>",
+                 "no": " <span class=muted>(no token)</span>"}[r["token"]]
+        deadline = _e(service.when(r["deadline"])) if r["deadline"] else "–"
+        cells.append(f"<tr class=roster-row><td>{_e(r['student'])}{token}</td><td>{deadline}"
+                     + (" <b>(extension)</b>" if r["extension"] else "") + f"</td><td>{_e(r['state'])}</td>"
+                     f"<td>{_latest(r['check'])}</td><td>{counted}</td></tr>")
+    students = ("<p><a href=/roster.csv>Download as CSV</a></p><table class=roster><tr><th>student</th>"
+                "<th>deadline</th><th>state</th><th>latest check</th><th>hand-in that counts</th></tr>"
+                + "".join(cells) + "</table>") if cells else "<p class=muted>No student has a token yet.</p>"
     queue = _history(service, order, with_student=True) if order else "<p class=muted>The queue is empty.</p>"
     summary = service.course.root / SUMMARY / "index.html"
     links = ("<p><a href=/course/summary/index.html>Class summary</a> (of the last grade-all)</p>" if summary.is_file()
@@ -412,6 +425,16 @@ def submission(request: Request) -> Response:
     return submission_page(_service(request), who, sub_id)
 
 
+def roster_csv(request: Request) -> Response:
+    who = _cookie_who(request)
+    if who is None or who.student is not None:
+        return plain_error(403, "only the instructor sees the class")
+    service = _service(request)
+    text = roster.to_csv(class_roster(service), service.local)
+    return Response(text, media_type="text/csv; charset=utf-8", headers={
+        "Content-Disposition": f'attachment; filename="roster-{service.assignment.id}.csv"'})
+
+
 def submission_file(request: Request) -> Response:
     """What was filed, byte for byte: the student's own, or any for the instructor."""
     who = _cookie_who(request)
@@ -492,5 +515,6 @@ def routes() -> list[Route]:
         Route("/submissions/{id}/file", submission_file, methods=["GET"]),
         Route("/submissions/{id}/activate", activate, methods=["POST"]),
         Route("/leaderboard", leaderboard, methods=["GET"]),
+        Route("/roster.csv", roster_csv, methods=["GET"]),
         Route("/course/{path:path}", course_file, methods=["GET"]),
     ]

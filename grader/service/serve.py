@@ -107,13 +107,14 @@ def _serve(args, course: Course, device: str, jobs: int, deadline, zone, default
     from .app import create
     from .intake import Service
     from .queue import Graders
-    from .store import Store, default_url
+    from .store import Store, default_url, iso
 
     url = args.db or default_url(course.root)
     try:
         store = Store(url)
     except (sa.exc.SQLAlchemyError, ImportError) as exc:
         return _fail(f"cannot open the service's database {_safe(url)}: {str(exc).splitlines()[0]}")
+    store.set_setting("deadline", iso(deadline) or "")       # for `summary`'s roster, read without the service
     swept = sweep(course.root)
     if swept:
         _say(f"removed what a service or grade-all that died left: {', '.join(swept)}")

@@ -76,6 +76,13 @@ sessions = sa.Table(
     sa.Column("expires_at", sa.DateTime, nullable=False),
     sa.Column("ended_at", sa.DateTime))
 
+# A student's own deadline (`grader extend`): checks, lateness, visibility and log-ins follow it.
+extensions = sa.Table(
+    "service_extensions", metadata,
+    sa.Column("student", sa.String(200), primary_key=True),
+    sa.Column("until", sa.DateTime, nullable=False),
+    sa.Column("granted_at", sa.DateTime, nullable=False))
+
 # The hand-in that counts, where the instructor chose one (`grader hand-ins --activate`, the page):
 # without a row, a student's newest hand-in counts. A new hand-in removes the row (it counts).
 counted = sa.Table(
@@ -160,6 +167,15 @@ class Store:
                 value = secrets.token_hex(32)
                 c.execute(settings.insert().values(key=key, value=value))
             return value
+
+    def setting(self, key: str) -> str | None:
+        with self.engine.connect() as c:
+            return c.execute(sa.select(settings.c.value).where(settings.c.key == key)).scalar()
+
+    def set_setting(self, key: str, value: str) -> None:
+        with self.write, self.engine.begin() as c:
+            c.execute(settings.delete().where(settings.c.key == key))
+            c.execute(settings.insert().values(key=key, value=value))
 
     # -- submissions --------------------------------------------------------------------
     def accept(self, student: str, kind: str, data: bytes, sha256: str, late: bool,
@@ -276,6 +292,34 @@ class Store:
             out: dict[str, dict[str, dict]] = {}
             for row in rows:
                 out.setdefault(row["student"], {})[row["kind"]] = dict(row)
+        return out
+
+    # -- extensions ----------------------------------------------------------------------------
+    def extension(self, student: str) -> datetime.datetime | None:
+        with self.engine.connect() as c:
+            return c.execute(sa.select(extensions.c.until).where(extensions.c.student == student)).scalar()
+
+    def extensions(self) -> dict[str, datetime.datetime]:
+        with self.engine.connect() as c:
+            return dict(c.execute(sa.select(extensions.c.student, extensions.c.until)).all())
+
+    def extend(self, student: str, until: datetime.datetime | None) -> None:
+        """Set (None: remove) a student's own deadline."""
+        with self.write, self.engine.begin() as c:
+            c.execute(extensions.delete().where(extensions.c.student == student))
+            if until is not None:
+                c.execute(extensions.insert().values(student=student, until=until, granted_at=now()))
+
+    def students(self) -> dict[str, str]:
+        """Every student with a token or a submission: student -> "yes" (a live token), "revoked"
+        (tokens, all revoked) or "no"."""
+        with self.engine.connect() as c:
+            out: dict[str, str] = {}
+            for student, revoked in c.execute(sa.select(tokens.c.student, tokens.c.revoked_at)
+                                              .where(tokens.c.student.is_not(None))).all():
+                out[student] = "yes" if revoked is None or out.get(student) == "yes" else "revoked"
+            for student in c.execute(sa.select(submissions.c.student).distinct()).scalars():
+                out.setdefault(student, "no")
         return out
 
     # -- hand-ins: every one kept; one counts ------------------------------------------------
