@@ -9,6 +9,7 @@ waits behind another request's query or a grading being stored. Errors are JSON
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 
 from starlette.applications import Starlette
@@ -19,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from . import intake, pages, roster, views
+from . import intake, pages, regrades, roster, views
 from .intake import QuotaRefused, Service, filed_feedback
 from .limits import HEAD_TOO_LARGE, MAX_HEAD
 from .store import FILED, iso
@@ -184,6 +185,40 @@ def _roster(service: Service, request: Request) -> Response:
                          for r in class_roster(service)])
 
 
+async def _json_field(request: Request, name: str):
+    data = await intake.read_body(request, regrades.MAX_TEXT * 8)
+    try:
+        value = json.loads(data.decode("utf-8")).get(name)
+    except (UnicodeDecodeError, ValueError, AttributeError):
+        raise Refused(400, f'send JSON: {{"{name}": "one or a few sentences"}}') from None
+    return value
+
+
+@api
+async def post_regrade(service: Service, request: Request) -> Response:
+    who = await run_in_threadpool(_who, service, request)
+    reason = await _json_field(request, "reason")
+    row = await run_in_threadpool(regrades.ask, service, who, reason)
+    return JSONResponse(regrades.public(service, row), status_code=201)
+
+
+@api
+async def post_regrade_answer(service: Service, request: Request) -> Response:
+    who = await run_in_threadpool(_who, service, request)
+    try:
+        req_id = int(request.path_params["id"])
+    except ValueError:
+        raise Refused(404, "no such regrade request") from None
+    text = await _json_field(request, "answer")
+    row = await run_in_threadpool(regrades.answer, service, who, req_id, text)
+    return JSONResponse(regrades.public(service, row))
+
+
+def _regrades(service: Service, request: Request) -> Response:
+    who = _who(service, request)
+    return JSONResponse([regrades.public(service, r) for r in service.store.regrades(who.student)])
+
+
 def threaded(fn):
     @api
     async def handler(service: Service, request: Request) -> Response:
@@ -215,6 +250,9 @@ def create(service: Service, on_shutdown=()) -> Starlette:
         Route("/api/me", threaded(_me), methods=["GET"]),
         Route("/api/queue", threaded(_queue), methods=["GET"]),
         Route("/api/roster", threaded(_roster), methods=["GET"]),
+        Route("/api/regrade-requests", post_regrade, methods=["POST"]),
+        Route("/api/regrade-requests", threaded(_regrades), methods=["GET"]),
+        Route("/api/regrade-requests/{id}/answer", post_regrade_answer, methods=["POST"]),
         *pages.routes(),
     ]
     @contextlib.asynccontextmanager

@@ -31,7 +31,7 @@ from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from ..course import SUMMARY
-from . import counting, guard, intake, roster, tokens, views
+from . import counting, guard, intake, regrades, roster, tokens, views
 from .intake import Service, filed_feedback
 from .store import FILED
 from .store import now
@@ -157,8 +157,51 @@ def student_home(service: Service, who: Identity, message: str = "", status: int
     links = "<p><a href=/leaderboard>Leaderboard</a></p>" if service.assignment.leaderboard else ""
     note = f"<div class='box error'>{_e(message)}</div>" if message else ""
     body = (note + _info(service, who) + _upload_form(service, who) + queue + "<h2>Your submissions</h2>"
-            + _history(service, rows) + links)
+            + _history(service, rows) + _student_regrades(service, who, counted) + links)
     return layout(service, "Submissions", body, who, status=status, refresh=5 if waiting else None)
+
+
+def _student_regrades(service: Service, who: Identity, counted: dict | None) -> str:
+    mine = service.store.regrades(who.student)
+    if counted is None and not mine:
+        return ""
+    out = "<h2>Regrade requests</h2>"
+    if counted is not None:
+        out += (f"<form method=post action=/regrade class=box><p>Ask for a regrade of your hand-in that counts "
+                f"(<a href=/submissions/{counted['id']}>#{counted['id']}</a>): say what you think was graded wrong."
+                f"</p><p><textarea name=reason rows=3 cols=80 maxlength={regrades.MAX_TEXT} required></textarea></p>"
+                "<p><button>Ask for a regrade</button></p></form>")
+    for r in mine:
+        answer = (f"<p><b>Answer</b> ({_e(service.when(r['answered_at']))}): {_e(r['answer'])}</p>" if r["answered_at"]
+                  else "<p class=muted>Not answered yet.</p>")
+        out += (f"<div class='box regrade'><p>Request #{r['id']} about hand-in #{r['submission_id']}, "
+                f"{_e(service.when(r['asked_at']))}: {_e(r['reason'])}</p>{answer}</div>")
+    return out
+
+
+def _instructor_regrades(service: Service) -> str:
+    rows = service.store.regrades()
+    if not rows:
+        return "<h2>Regrade requests</h2><p class=muted>None.</p>"
+    out = "<h2>Regrade requests</h2>"
+    for r in rows:
+        report = service.course.read_report(r["student"])
+        graded = "<span class=muted>no grade-all report yet</span>"
+        if report is not None:
+            sha = ((report.get("extra_data") or {}).get("submission") or {}).get("sha256")
+            row = service.store.get(r["submission_id"])
+            which = "of this hand-in" if row is not None and sha == row["sha256"] else "of another file"
+            graded = f"grade-all's report {which}: {float(report.get('score', 0)):.2f} / {float(report.get('max_score', 0)):.2f}"
+        head = (f"<p><b>#{r['id']}</b> {_e(r['student'])} about <a href=/submissions/{r['submission_id']}>hand-in "
+                f"#{r['submission_id']}</a>, {_e(service.when(r['asked_at']))}: {_e(r['reason'])}</p>"
+                f"<p class=muted>Regrade: <code>{_e(regrades.command(service, r['student']))}</code> · {graded}</p>")
+        if r["answered_at"]:
+            tail = f"<p><b>Answered</b> ({_e(service.when(r['answered_at']))}): {_e(r['answer'])}</p>"
+        else:
+            tail = (f"<form method=post action=/regrades/{r['id']}/answer><p><textarea name=answer rows=2 cols=80 "
+                    f"maxlength={regrades.MAX_TEXT} required></textarea></p><p><button>Answer</button></p></form>")
+        out += f"<div class='box regrade'>{head}{tail}</div>"
+    return out
 
 
 def _latest(row: dict | None) -> str:
@@ -195,8 +238,8 @@ def instructor_home(service: Service, who: Identity) -> HTMLResponse:
                   "COURSE</code>; it is then linked here.</p>")
     if service.assignment.leaderboard:
         links += "<p><a href=/leaderboard>Leaderboard</a></p>"
-    body = (_info(service, who) + links + "<h2>Students</h2>" + students + "<h2>Queue</h2>" + queue
-            + _failed_logins(service))
+    body = (_info(service, who) + links + "<h2>Students</h2>" + students + _instructor_regrades(service)
+            + "<h2>Queue</h2>" + queue + _failed_logins(service))
     return layout(service, "Instructor", body, who, refresh=10 if order else None)
 
 
@@ -425,6 +468,46 @@ def submission(request: Request) -> Response:
     return submission_page(_service(request), who, sub_id)
 
 
+async def _posted(request: Request, name: str) -> tuple[Identity, str]:
+    who = await run_in_threadpool(_cookie_who, request)
+    if who is None:
+        raise Refused(401, "log in with your token first")
+    if not _same_origin(request):
+        raise Refused(403, "a form from another site cannot post here")
+    try:
+        form = await request.form(max_files=0, max_fields=2, max_part_size=8 * regrades.MAX_TEXT)
+    except Exception:          # python-multipart's and Starlette's parse errors have no common base
+        raise Refused(400, "the form could not be read: send it again from the page") from None
+    value = form.get(name)
+    return who, value if isinstance(value, str) else ""
+
+
+async def ask_regrade(request: Request) -> Response:
+    service = _service(request)
+    try:
+        who, reason = await _posted(request, "reason")
+        await run_in_threadpool(regrades.ask, service, who, reason)
+    except Refused as exc:
+        who = await run_in_threadpool(_cookie_who, request)
+        if who is None or who.student is None:
+            return plain_error(exc.status, exc.message)
+        return await run_in_threadpool(student_home, service, who, exc.message, exc.status)
+    return RedirectResponse("/", status_code=303)
+
+
+async def answer_regrade(request: Request) -> Response:
+    service = _service(request)
+    try:
+        req_id = int(request.path_params["id"])
+        who, text = await _posted(request, "answer")
+        await run_in_threadpool(regrades.answer, service, who, req_id, text)
+    except ValueError:
+        return plain_error(404, "no such regrade request")
+    except Refused as exc:
+        return plain_error(exc.status, exc.message)
+    return RedirectResponse("/", status_code=303)
+
+
 def roster_csv(request: Request) -> Response:
     who = _cookie_who(request)
     if who is None or who.student is not None:
@@ -516,5 +599,7 @@ def routes() -> list[Route]:
         Route("/submissions/{id}/activate", activate, methods=["POST"]),
         Route("/leaderboard", leaderboard, methods=["GET"]),
         Route("/roster.csv", roster_csv, methods=["GET"]),
+        Route("/regrade", ask_regrade, methods=["POST"]),
+        Route("/regrades/{id}/answer", answer_regrade, methods=["POST"]),
         Route("/course/{path:path}", course_file, methods=["GET"]),
     ]

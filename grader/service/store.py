@@ -83,6 +83,17 @@ extensions = sa.Table(
     sa.Column("until", sa.DateTime, nullable=False),
     sa.Column("granted_at", sa.DateTime, nullable=False))
 
+# A student's request for a regrade of their counted hand-in, and the instructor's answer.
+regrades = sa.Table(
+    "service_regrades", metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("student", sa.String(200), nullable=False, index=True),
+    sa.Column("submission_id", sa.Integer, sa.ForeignKey("service_submissions.id"), nullable=False),
+    sa.Column("asked_at", sa.DateTime, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("answered_at", sa.DateTime),
+    sa.Column("answer", sa.Text))
+
 # The hand-in that counts, where the instructor chose one (`grader hand-ins --activate`, the page):
 # without a row, a student's newest hand-in counts. A new hand-in removes the row (it counts).
 counted = sa.Table(
@@ -321,6 +332,41 @@ class Store:
             for student in c.execute(sa.select(submissions.c.student).distinct()).scalars():
                 out.setdefault(student, "no")
         return out
+
+    # -- regrade requests ------------------------------------------------------------------------
+    def ask_regrade(self, student: str, sub_id: int, reason: str) -> dict:
+        """A new request; ValueError (the sentence) where one for this hand-in is still open."""
+        with self.write, self.engine.begin() as c:
+            open_one = c.execute(sa.select(regrades.c.id).where(
+                regrades.c.student == student, regrades.c.submission_id == sub_id,
+                regrades.c.answered_at.is_(None))).scalar()
+            if open_one is not None:
+                raise ValueError(f"you asked for a regrade of hand-in #{sub_id} already (request #{open_one}), and "
+                                 "your instructor has not answered yet: the answer will show here")
+            new_id = c.execute(regrades.insert().values(student=student, submission_id=sub_id, asked_at=now(),
+                                                        reason=reason)).inserted_primary_key[0]
+        return self.regrade(new_id)
+
+    def regrade(self, req_id: int) -> dict | None:
+        with self.engine.connect() as c:
+            row = c.execute(sa.select(regrades).where(regrades.c.id == req_id)).mappings().first()
+        return None if row is None else dict(row)
+
+    def regrades(self, student: str | None = None) -> list[dict]:
+        """Requests newest first (one student's, or everyone's)."""
+        query = sa.select(regrades).order_by(regrades.c.id.desc())
+        if student is not None:
+            query = query.where(regrades.c.student == student)
+        with self.engine.connect() as c:
+            return [dict(r) for r in c.execute(query).mappings()]
+
+    def answer_regrade(self, req_id: int, answer: str) -> dict:
+        with self.write, self.engine.begin() as c:
+            done = c.execute(regrades.update().where(regrades.c.id == req_id).values(
+                answered_at=now(), answer=answer)).rowcount
+        if not done:
+            raise ValueError(f"no regrade request #{req_id}")
+        return self.regrade(req_id)
 
     # -- hand-ins: every one kept; one counts ------------------------------------------------
     def hand_ins(self, student: str) -> list[dict]:
