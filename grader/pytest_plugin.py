@@ -51,14 +51,19 @@ class Grading:
         if self._spare is not None:
             self.confinement = self._spare.conf
             self.confinement.close_paths(self.closed_paths())
+            self.confinement.keep_out_paths(self.protect)
         else:
-            self.confinement = confinement_for(assignment, self.device, self.closed_paths(), self.want_uid)
+            self.confinement = confinement_for(assignment, self.device, self.closed_paths(), self.want_uid,
+                                               keep_out=self.protect)
         self._submission: Submission | None = None
         self._reference: Submission | None = None
         workers.began(self)
 
     def closed_paths(self) -> list[Path]:
-        return self.assignment.protected_paths() + self.protect
+        """Closed by their mode to a worker of its own uid: the assignment's (reference, hidden
+        tests). The course's folders (`self.protect`) are kept out by the worker's view alone:
+        a course folder's mode is the instructor's, never changed by a grading."""
+        return self.assignment.protected_paths()
 
     def submission(self) -> Submission:
         if self._submission is None and self._spare is not None:

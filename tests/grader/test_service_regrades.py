@@ -44,6 +44,7 @@ def grade_all(course, *args):
 @pytest.mark.xdist_group("postgres")
 def test_a_regrade_is_asked_regraded_and_answered(course_db):
     course, db = course_db
+    course.chmod(0o755)        # the course folder's mode is the instructor's: no grading changes it
     toks = svc.tokens(course, "--add", "wes", "xan", db=db)
     toks.update(svc.tokens(course, "--instructor", db=db))
     server = svc.start(course, "--checks-per-hour", "1", db=db)
@@ -89,6 +90,8 @@ def test_a_regrade_is_asked_regraded_and_answered(course_db):
         assert "Regraded: 60 / 90 stands" in server.page("/", server.login(toks["wes"])).body
         # answered, the student may ask again
         assert ask(server, toks["wes"], "one more look, please").status == 201
+        assert server.wait(toks["wes"], hand_in["id"])["score"] == 60.0        # the service graded it too
+        assert (course.stat().st_mode & 0o7777) == 0o755, oct(course.stat().st_mode)
     finally:
         server.stop()
 
