@@ -4,6 +4,8 @@
     python submit.py status                                   who you are, checks left, the deadline
     python submit.py history [ID]                             your submissions; with ID, that report
     python submit.py download ID [-o FILE]                    exactly the bytes the service filed as #ID
+    python submit.py regrade "REASON"                         ask for a regrade of your hand-in that counts
+    python submit.py regrade                                  your regrade requests and their answers
 
 The server and your token come from --server/--token, else from the environment
 (GRADER_SERVER, GRADER_TOKEN), else from a file `.grader` in this folder or in your
@@ -136,12 +138,13 @@ class Api:
         self.server = server
         self.token = token
 
-    def call(self, method: str, path: str, body: bytes | None = None, as_json: bool = True) -> tuple[object, bytes]:
+    def call(self, method: str, path: str, body: bytes | None = None, as_json: bool = True,
+             content_type: str = "text/x-python") -> tuple[object, bytes]:
         """The answer's JSON (None with as_json=False) and its raw bytes; any failure becomes one ClientError."""
         url = self.server + path
         headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
         if body is not None:
-            headers["Content-Type"] = "text/x-python"
+            headers["Content-Type"] = content_type
         request = urllib.request.Request(url, data=body, method=method, headers=headers)
         try:
             with _OPENER.open(request, timeout=REQUEST_TIMEOUT) as response:
@@ -426,6 +429,28 @@ def cmd_download(api: Api, args) -> int:
     return EXIT_OK
 
 
+def cmd_regrade(api: Api, args) -> int:
+    if args.reason:
+        body = json.dumps({"reason": " ".join(args.reason)}).encode("utf-8")
+        made, _ = api.call("POST", "/api/regrade-requests", body, content_type="application/json")
+        if not isinstance(made, dict):
+            raise ClientError("the server's answer to the regrade request is not what the grading service sends")
+        print(f"regrade request #{made.get('id')} about hand-in #{made.get('submission_id')} sent; "
+              f"its answer will show in `{args.history_hint.replace('history', 'regrade')}`")
+        return EXIT_OK
+    listing, _ = api.call("GET", "/api/regrade-requests")
+    if not isinstance(listing, list):
+        raise ClientError("the server's answer to /api/regrade-requests is not a list")
+    if not listing:
+        print("no regrade requests yet")
+    for item in (i for i in listing if isinstance(i, dict)):
+        print(f"#{item.get('id')}  hand-in #{item.get('submission_id')}  {item.get('asked_at_local') or item.get('asked_at')}"
+              f"  {item.get('status')}: {item.get('reason')}")
+        if item.get("answer"):
+            print(f"    answer: {item.get('answer')}")
+    return EXIT_OK
+
+
 def _when(iso) -> str:
     if not isinstance(iso, str):
         return "none"
@@ -513,6 +538,10 @@ def add_parsers(sub, prefix: str = "") -> None:
     d.add_argument("id", type=int, help="the submission's number (see history)")
     d.add_argument("-o", "--output", help="write it to this file (default: standard output)")
     d.set_defaults(run=cmd_download)
+    r = sub.add_parser(prefix + "regrade", parents=[connection], help="ask, with a sentence, for a regrade of your "
+                       "hand-in that counts; without one, your requests and their answers")
+    r.add_argument("reason", nargs="*", help="what you think was graded wrong, in a sentence")
+    r.set_defaults(run=cmd_regrade, history_hint=prefix + "history")
 
 
 def run(args) -> int:

@@ -107,6 +107,8 @@ repository: anyone with the token can submit as you.
   `make submit LATE=1` (`--late`); it is then kept, marked late, and counts.
   Each accepted submission shows its receipt (sha256, size, time), and
   `python submit.py download ID` fetches exactly what was filed.
+  `python submit.py regrade "what you think was graded wrong"` asks for a
+  regrade of the hand-in that counts; `python submit.py regrade` shows the answer.
 - `make status` shows who the token belongs to, the checks left this hour and
   the deadline; `make history` lists your submissions, and
   `python submit.py history ID` shows one report again.

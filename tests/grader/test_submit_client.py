@@ -294,6 +294,26 @@ def test_on_time_hand_in_says_nothing_of_lateness(served, file, capsys):
     assert served.filed(name).read_bytes() == GOOD
 
 
+def test_regrade_is_asked_and_its_answer_listed(served, capsys):
+    _, token = served.student()
+    rc, out, err = run(capsys, "regrade", "please", "--server", served.url, "--token", token)
+    assert rc == 1 and "no hand-in to regrade" in one_sentence(err)
+    hand_in = served.server.submit(token, GOOD, kind="hand-in").body["id"]
+    rc, out, err = run(capsys, "regrade", "the", "echo", "test", "is", "wrong", "--server", served.url, "--token", token)
+    assert rc == 0, err
+    req = served.server.request("GET", "/api/regrade-requests", token).body[0]
+    assert out == f"regrade request #{req['id']} about hand-in #{hand_in} sent; its answer will show in `regrade`\n"
+    assert req["reason"] == "the echo test is wrong"
+    answered = served.server.request("POST", f"/api/regrade-requests/{req['id']}/answer", served.instructor,
+                                     json.dumps({"answer": "It is right: see test 2.1."}).encode(),
+                                     {"Content-Type": "application/json"})
+    assert answered.status == 200, answered.body
+    rc, out, err = run(capsys, "regrade", "--server", served.url, "--token", token)
+    assert rc == 0 and out.splitlines() == [
+        f"#{req['id']}  hand-in #{hand_in}  {req['asked_at_local']}  answered: the echo test is wrong",
+        "    answer: It is right: see test 2.1."], out
+
+
 def test_download_gives_back_exactly_what_was_filed(served, capsys, tmp_path):
     _, token = served.student()
     data = svc.unique(NO_ECHO, "download me")
@@ -706,6 +726,28 @@ def test_a_new_student_runs_make_in_the_release_bundle(served, tmp_path, target,
     assert served.stored(sub_id) == GOOD
     if kind == "hand-in":
         assert served.filed(name).read_bytes() == GOOD
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("make") or not shutil.which("python3"), reason="needs make and python3")
+def test_make_submit_after_the_deadline_asks_for_late(closed, tmp_path):
+    """After the deadline `make submit` is answered with the sentence that asks for the student's
+    confirmation, and `make submit LATE=1` hands in, marked late."""
+    name, token = closed.student()
+    bundle = load_make_release().build(REPO / "assignment" / "l1_paged_kv_write", tmp_path / "release")
+    (bundle / ".grader").write_text(f"server = {closed.url}\ntoken = {token}\n")
+    (bundle / "l1_paged_kv_write.py").write_bytes(GOOD)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRADER_", "PYTHON", "MAKE"))}
+    env["HOME"] = str(tmp_path)
+    asked = subprocess.run(["make", "-s", "submit"], cwd=bundle, env=env, capture_output=True, text=True, timeout=240)
+    assert asked.returncode != 0 and "would be late" in asked.stderr and "make submit LATE=1" in asked.stderr, asked
+    assert closed.kept(token) == []
+    late = subprocess.run(["make", "-s", "submit", "LATE=1"], cwd=bundle, env=env, capture_output=True, text=True,
+                          timeout=240)
+    assert late.returncode == 0, late.stdout + late.stderr
+    assert "accepted (after the deadline: marked late)" in late.stdout.splitlines()[0]
+    assert late.stdout.splitlines()[1].startswith("receipt: sha256 ")
+    assert closed.filed(name).read_bytes() == GOOD
 
 
 # ---------------------------------------------------------------- what only a stand-in says
