@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 FAILURES = 20
 WINDOW_S = 60.0
 BLOCK_S = 60.0
+MAX_SOURCES = 10_000        # addresses remembered; past it, quiet ones are forgotten
 
 
 @dataclass
@@ -52,8 +53,10 @@ class LoginGuard:
 
     def failed(self, address: str) -> None:
         with self.lock:
-            source = self.sources.setdefault(address, Source())
             t = self.clock()
+            if address not in self.sources and len(self.sources) >= MAX_SOURCES:
+                self._forget(t)
+            source = self.sources.setdefault(address, Source())
             source.failures += 1
             source.last_failure = time.time()
             source.recent.append(t)
@@ -65,6 +68,17 @@ class LoginGuard:
                 source.recent.clear()
                 self.say(f"log-ins from {address} limited for {BLOCK_S:.0f} s: {FAILURES} failed log-ins within "
                          f"{WINDOW_S:.0f} s")
+
+    def _forget(self, t: float) -> None:
+        """Many addresses: drop those neither limited nor failing within the window, then, if still
+        too many, the unlimited ones that failed longest ago (their counts go; the log keeps their
+        limits). A limited address is never forgotten while it is limited."""
+        free = [a for a, s in self.sources.items() if s.blocked_until <= t]
+        for address in [a for a in free if not self.sources[a].recent or self.sources[a].recent[-1] <= t - WINDOW_S]:
+            del self.sources[address]
+        free = sorted((a for a in free if a in self.sources), key=lambda a: self.sources[a].recent[-1])
+        for address in free[:max(0, len(self.sources) - MAX_SOURCES // 2)]:
+            del self.sources[address]
 
     def counts(self) -> list[dict]:
         """Each address with a failure, most failures first (the instructor's page)."""

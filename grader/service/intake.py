@@ -2,8 +2,9 @@
 what, when, and how much; then the submission is queued (and a hand-in filed in the course).
 
 Every refusal is a Refused(status, sentence): 400 malformed, 403 not allowed now, 413 too
-large, 415 not UTF-8 Python text or not the file at all (a form wrapped around it), 429 over
-the hour's checks (with Retry-After).
+large, 415 not UTF-8 Python text or not the file at all (a form wrapped around it), 409 a
+hand-in after the student's deadline without their --late (the sentence names the hand-in it
+would replace), 429 over the hour's checks (with Retry-After).
 """
 from __future__ import annotations
 

@@ -162,3 +162,23 @@ def test_a_student_cannot_log_in_on_the_pages_a_week_after_the_deadline(tmp_path
         assert server.request("GET", "/api/me", toks["ola"]).status == 200                # and the API with the token
     finally:
         server.stop()
+
+
+def test_the_guard_forgets_quiet_addresses_when_it_holds_too_many(monkeypatch):
+    """Unit-level: many addresses failing once each must not grow the counts without bound, and a
+    limited address is never forgotten while it is limited."""
+    from grader.service import guard
+    monkeypatch.setattr(guard, "MAX_SOURCES", 50)
+    now = [1000.0]
+    said = []
+    g = guard.LoginGuard(say=said.append, clock=lambda: now[0])
+    for _ in range(guard.FAILURES):
+        g.failed("10.0.0.1")
+    assert len(said) == 1
+    now[0] += guard.BLOCK_S - 2                       # still limited
+    for i in range(200):
+        g.failed(f"10.1.{i // 250}.{i % 250}")
+        now[0] += 0.001
+    assert len(g.sources) <= 51 and "10.0.0.1" in g.sources
+    with pytest.raises(guard.Blocked):
+        g.check("10.0.0.1")
