@@ -205,10 +205,12 @@ class Store:
                     # Graded, a hand-in is a check with feedback: unlimited, it would lift the
                     # quota. It is never refused (it is the official one), only not graded now.
                     status = FILED
+            if kind == "hand-in":
+                # before the folder is written: a `hand-ins --activate` in another process waits for this
+                self._hold_hand_ins(c, student)
+                c.execute(counted.delete().where(counted.c.student == student))
             if before_insert is not None:
                 before_insert()
-            if kind == "hand-in":
-                c.execute(counted.delete().where(counted.c.student == student))
             turn = self._next_turn(c, student) if status == "queued" else 0
             new_id = c.execute(submissions.insert().values(
                 student=student, kind=kind, data=data, sha256=sha256, submitted_at=t, late=late, turn=turn,
@@ -381,6 +383,15 @@ class Store:
             row["counts"] = row["id"] == which
         return rows
 
+    def _hold_hand_ins(self, c, student: str) -> None:
+        """Hold the student's hand-ins (which counts, and the folder that holds it) until this
+        transaction ends, against the service and `grader hand-ins` in other processes alike:
+        on PostgreSQL an advisory lock, on SQLite the database's write lock, taken by a write."""
+        if c.dialect.name == "postgresql":
+            c.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": f"hand-ins:{student}"})
+        else:
+            c.execute(counted.delete().where(counted.c.student == student, sa.false()))
+
     def counted(self, student: str) -> dict | None:
         return next((r for r in self.hand_ins(student) if r["counts"]), None)
 
@@ -405,12 +416,13 @@ class Store:
         """Make hand-in `sub_id` the student's one that counts. `write_folder(row, data)` runs in
         the same step (the course folder's copy). ValueError says why it cannot be."""
         with self.write, self.engine.begin() as c:
+            self._hold_hand_ins(c, student)
             row = c.execute(sa.select(*_listed, submissions.c.data).where(submissions.c.id == sub_id)).mappings().first()
             if row is None or row["student"] != student or row["kind"] != "hand-in":
                 raise ValueError(f"#{sub_id} is not a hand-in of {student}'s")
+            c.execute(counted.delete().where(counted.c.student == student))
             if write_folder is not None:
                 write_folder(dict(row), row["data"])
-            c.execute(counted.delete().where(counted.c.student == student))
             c.execute(counted.insert().values(student=student, submission_id=sub_id, chosen_at=now()))
         return self.counted(student)
 
