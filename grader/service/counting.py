@@ -62,6 +62,8 @@ def main(args) -> int:
         unknown = [s for s in students if not store.hand_ins(s)]
         if unknown and args.list:
             return _fail(f"no hand-in from {', '.join(map(repr, unknown))} (check the spelling)")
+        if not students:
+            print("no hand-ins yet")
         for student in students:
             for row in store.hand_ins(student):
                 print(line(row))

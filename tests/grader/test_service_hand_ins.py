@@ -54,6 +54,8 @@ def utc(answer_body) -> str:
 def test_hand_ins_are_kept_one_counts_and_a_late_one_asks_first(course_db):
     course, db = course_db
     toks = svc.tokens(course, "--add", "ivy", "jon", db=db)
+    none_yet = hand_ins(course, "--list", db=db)
+    assert none_yet.returncode == 0 and none_yet.stdout == "no hand-ins yet\n", none_yet.stderr
     toks.update(svc.tokens(course, "--instructor", db=db))
     ahead = datetime.datetime.now(datetime.timezone(datetime.timedelta(hours=2))) + datetime.timedelta(hours=1)
     # quota 1: the first hand-in is graded, the rest are filed (no grading to wait for)
