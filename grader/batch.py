@@ -61,17 +61,18 @@ class BatchResult:
     wall_s: float = 0.0
 
 
-def plan(course: Course, device: str) -> tuple[list[Job], dict[Path, list[str]], int]:
-    """(files to grade, current reports to copy to other students, students already current)."""
+def plan(course: Course, device: str, only: list[str] | None = None) -> tuple[list[Job], dict[Path, list[str]], int]:
+    """(files to grade, current reports to copy to other students, students already current).
+    `only`: these students alone, graded again even where their report is current (a regrade)."""
     current: dict[str, Path] = {}
     todo: dict[str, Job] = {}
     unchanged = 0
-    for student in course.students():
+    for student in (only if only is not None else course.students()):
         picked, _ = course.submission(student)
         if picked is None:
             continue
         sha = picked.sha256
-        if course.is_current(course.read_report(student), sha, device):
+        if only is None and course.is_current(course.read_report(student), sha, device):
             current.setdefault(sha, course.report_path(student))
             unchanged += 1
         else:
@@ -197,11 +198,12 @@ class LocalBatch:
 
 
 def grade_all(course: Course, device: str, jobs: int = 1, timeout_s: float | None = None,
-              progress: bool = True, executor=None) -> BatchResult:
+              progress: bool = True, executor=None, only: list[str] | None = None) -> BatchResult:
     """Grade what needs grading, locally or through `executor` (a LocalBatch, or one of
-    grader/cluster.py's); feedback, CSV and gradebook are `publish`'s."""
+    grader/cluster.py's); feedback, CSV and gradebook are `publish`'s. `only`: regrade these
+    students' hand-ins, and no one else's."""
     t0 = time.monotonic()
-    todo, copies, unchanged = plan(course, device)
+    todo, copies, unchanged = plan(course, device, only)
     result = BatchResult(rows=[], unchanged=unchanged)
     for source, students in copies.items():
         result.copied += _copy(course, report_reader.read(source), students)

@@ -64,11 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     similarity_report.add_parser(sub)   # similarity
     service.add_parsers(sub)    # serve and tokens: the grading service (docs/service.md)
     from . import submit_client
-    submit_client.add_parsers(sub, prefix="submit-")   # submit, submit-status, submit-history
+    submit_client.add_parsers(sub, prefix="submit-")   # submit, submit-status, -history, -download, -regrade
     args = ap.parse_args(argv)
-    if args.command in ("submit", "submit-status", "submit-history"):
+    if args.command in ("submit", "submit-status", "submit-history", "submit-download", "submit-regrade"):
         return submit_client.run(args)
-    if args.command in ("grade-all", "summary", "similarity", "serve", "tokens"):
+    if args.command in ("grade-all", "summary", "similarity", "serve", "tokens", "hand-ins", "extend"):
         return args.run(args)
     if args.command == "validate":
         from .validate import main as validate

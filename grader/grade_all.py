@@ -31,6 +31,8 @@ def add_parser(sub) -> None:
     p.add_argument("--csv", help="plain grades CSV (default: COURSE/grades-<assignment id>.csv)")
     p.add_argument("--db", help="nbgrader gradebook URL (default: sqlite:///COURSE/gradebook.db)")
     p.add_argument("--no-gradebook", action="store_true", help="leave nbgrader's gradebook alone")
+    p.add_argument("--only", nargs="+", metavar="STUDENT", help="regrade these students' hand-ins alone, even where "
+                                                               "their reports are current (a regrade request)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--wait", action="store_true",
                    help=f"when another grade-all holds the course, wait for it (default: exit with status "
@@ -117,6 +119,12 @@ def _run(args, course: Course) -> int:
         except seeds.SeedsError as exc:
             return _usage(str(exc))
         os.environ[seeds.SEEDS_ENV] = str(Path(args.seeds).resolve())    # the gradings read it (seeds.listed)
+    only = getattr(args, "only", None)
+    if only:
+        missing = [s for s in only if course.submission(s)[0] is None]
+        if missing:
+            return _usage(f"no hand-in to regrade for {', '.join(map(repr, missing))} in {course.root / 'submitted'}: "
+                          "nothing was graded (check the spelling)")
     try:
         executor = make_executor(args, course)
     except ValueError as exc:
@@ -124,7 +132,7 @@ def _run(args, course: Course) -> int:
     if executor.note:
         print(executor.note, file=sys.stderr)
     try:
-        result = grade_all(course, executor.device, progress=not args.no_progress, executor=executor)
+        result = grade_all(course, executor.device, progress=not args.no_progress, executor=executor, only=only)
     except RuntimeError as exc:          # the cluster refused the batch
         print(f"grader: {exc}", file=sys.stderr)
         return 1

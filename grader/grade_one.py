@@ -24,7 +24,7 @@ from .assignment import REPO, Assignment
 from .machines import resolve_device
 from .report_reader import INTERRUPTED
 from .sandbox.processes import become_subreaper, kill_tree
-from .scoring import OUTCOMES, AreaResult, TestResult, score
+from .scoring import DETAIL_CHARS, OUTCOMES, AreaResult, TestResult, score
 from .session_spec import SessionSpec
 
 SUITE_TIMEOUT_S = 3600
@@ -304,7 +304,8 @@ def read_state(state: Path, assignment: Assignment, code: int, tail: str, instru
         charged = {str(a): v for a, s in charged.items() if (v := _number(s)) is not None and 0 <= v <= duration} \
             if isinstance(charged, dict) else {}
         results.append(TestResult(c["nodeid"], c["area"], c["contract"], outcome, str(meta.get("hint", "")),
-                                  duration, _number(meta.get("measure")), figures, charged=charged))
+                                  duration, _number(meta.get("measure")), figures, charged=charged,
+                                  detail=str(meta["detail"])[:DETAIL_CHARS] if meta.get("detail") is not None else None))
     if code == INTERRUPTED:
         problem = "grading was interrupted; tests that had not reported score nothing"
     elif code not in (0, 1) and problem is None and not pytest_json:

@@ -18,7 +18,7 @@ import pytest
 
 from . import machines, state_records
 from .assignment import Assignment
-from .scoring import WORKER_START
+from .scoring import DETAIL_CHARS, WORKER_START
 from .sandbox import SandboxFailure, Submission, SubmissionError, SubmissionUnavailable
 from .workers import confinement_for, started
 
@@ -51,14 +51,19 @@ class Grading:
         if self._spare is not None:
             self.confinement = self._spare.conf
             self.confinement.close_paths(self.closed_paths())
+            self.confinement.keep_out_paths(self.protect)
         else:
-            self.confinement = confinement_for(assignment, self.device, self.closed_paths(), self.want_uid)
+            self.confinement = confinement_for(assignment, self.device, self.closed_paths(), self.want_uid,
+                                               keep_out=self.protect)
         self._submission: Submission | None = None
         self._reference: Submission | None = None
         workers.began(self)
 
     def closed_paths(self) -> list[Path]:
-        return self.assignment.protected_paths() + self.protect
+        """Closed by their mode to a worker of its own uid: the assignment's (reference, hidden
+        tests). The course's folders (`self.protect`) are kept out by the worker's view alone:
+        a course folder's mode is the instructor's, never changed by a grading."""
+        return self.assignment.protected_paths()
 
     def submission(self) -> Submission:
         if self._submission is None and self._spare is not None:
@@ -445,6 +450,10 @@ def pytest_json_runtest_metadata(item, call):
     figures = dict(item.user_properties).get("figures") if call.when == "call" else None
     if isinstance(figures, dict):
         record["figures"] = dict(figures)      # numbers only: grade_one.py keeps nothing else
+    detail = dict(item.user_properties).get("detail") if call.when == "call" else None
+    if detail is not None:
+        # what a hidden test saw (record_property("detail", ...)): the instructor's, never the student's
+        record["detail"] = str(detail)[:DETAIL_CHARS]
     if call.when == "call" and _QUIET_FROM in item.stash:
         quiet, windows, waited = item.stash[_QUIET_FROM]
         item.stash.setdefault(_WAITS, {}).update(

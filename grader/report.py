@@ -58,6 +58,8 @@ def build(assignment: Assignment, areas: dict[str, AreaResult], results: list[Te
             entry["status"] = "passed" if r.outcome == "passed" and (r.score > 0 or r.max_score == 0) else "failed"
         tests.append(entry)
         instructor.setdefault("tests", {})[number] = r.nodeid
+        if r.detail:
+            instructor.setdefault("details", {})[number] = r.detail
     outcomes = {o: sum(r.outcome == o for r in results) for o in OUTCOMES}
     report = {
         "score": round(score, 2),

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 from .assignment import Assignment
 
+DETAIL_CHARS = 2000      # a test's recorded detail, kept for the instructor, is cut to this
+
 # not_measured: a timing found no quiet window on the GPU (gpu_quiet.py). Its area is left out
 # of the grading, as on a machine without the device, and the report asks for a regrade.
 OUTCOMES = ("passed", "failed", "error", "crashed", "timeout", "skipped", "not_measured")
@@ -33,6 +35,8 @@ class TestResult:
     # Seconds of this test's time that were another area's work (a session fixture set up for
     # that area in this test's setup): counted there, not here, in each area's seconds.
     charged: dict[str, float] = field(default_factory=dict)
+    # What the test recorded for the instructor (record_property("detail", ...)); never shown to students.
+    detail: str | None = None
 
 
 @dataclass

@@ -3,6 +3,9 @@
     python submit.py submit FILE [--hand-in] [--report OUT]   a check (default) or the hand-in
     python submit.py status                                   who you are, checks left, the deadline
     python submit.py history [ID]                             your submissions; with ID, that report
+    python submit.py download ID [-o FILE]                    exactly the bytes the service filed as #ID
+    python submit.py regrade "REASON"                         ask for a regrade of your hand-in that counts
+    python submit.py regrade                                  your regrade requests and their answers
 
 The server and your token come from --server/--token, else from the environment
 (GRADER_SERVER, GRADER_TOKEN), else from a file `.grader` in this folder or in your
@@ -135,12 +138,13 @@ class Api:
         self.server = server
         self.token = token
 
-    def call(self, method: str, path: str, body: bytes | None = None) -> tuple[object, bytes]:
-        """The answer's JSON and its raw bytes; any failure becomes one ClientError."""
+    def call(self, method: str, path: str, body: bytes | None = None, as_json: bool = True,
+             content_type: str = "text/x-python") -> tuple[object, bytes]:
+        """The answer's JSON (None with as_json=False) and its raw bytes; any failure becomes one ClientError."""
         url = self.server + path
         headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
         if body is not None:
-            headers["Content-Type"] = "text/x-python"
+            headers["Content-Type"] = content_type
         request = urllib.request.Request(url, data=body, method=method, headers=headers)
         try:
             with _OPENER.open(request, timeout=REQUEST_TIMEOUT) as response:
@@ -153,6 +157,8 @@ class Api:
             raise self._unreachable(exc) from None
         except UnicodeError:            # a server name that is not a valid host name
             raise ClientError(f"the server {self.server!r} is not a valid address", EXIT_LOCAL) from None
+        if not as_json:
+            return None, raw
         try:
             return json.loads(raw.decode("utf-8")), raw
         except (UnicodeDecodeError, ValueError):
@@ -358,8 +364,10 @@ def cmd_submit(api: Api, args) -> int:
     _check_report_path(report)
     data = read_submission(path)
     kind = "hand-in" if args.hand_in else "check"
+    if args.late and not args.hand_in:
+        raise ClientError("--late goes with --hand-in: after the deadline only a hand-in is accepted", EXIT_LOCAL)
     try:
-        accepted, raw = api.call("POST", f"/api/submissions?kind={kind}", data)
+        accepted, raw = api.call("POST", f"/api/submissions?kind={kind}" + ("&late=yes" if args.late else ""), data)
     except Unreachable as exc:
         if exc.maybe_arrived:
             # The upload may have arrived: sending it again could spend a second check.
@@ -369,6 +377,12 @@ def cmd_submit(api: Api, args) -> int:
     accepted = _expect_submission(accepted, "the upload")
     late = " (after the deadline: marked late)" if accepted.get("late") else ""
     print(f"{_label(accepted)} of {path.name} accepted{late}", flush=True)
+    if accepted.get("sha256"):
+        print(receipt(accepted), flush=True)
+    replaced = accepted.get("replaces")
+    if isinstance(replaced, dict):
+        print(f"it is now the hand-in that counts, in place of #{replaced.get('id')} of "
+              f"{replaced.get('submitted_at_local') or replaced.get('submitted_at')} (kept)", flush=True)
     final, raw = wait_for(api, (accepted, raw), args.timeout, Progress(sys.stdout), args.history_hint)
     written = None
     if report is not None:
@@ -382,6 +396,58 @@ def cmd_submit(api: Api, args) -> int:
     print_report(final, sys.stdout)
     if isinstance(written, OSError):
         raise ClientError(f"could not write the report to {report}: {_reason(written)}", EXIT_LOCAL)
+    return EXIT_OK
+
+
+def receipt(submission: dict) -> str:
+    """The receipt the service gave: which bytes it filed, and when."""
+    when = submission.get("submitted_at_local") or submission.get("submitted_at") or "?"
+    utc = submission.get("submitted_at")
+    beside = f" ({utc} UTC)" if utc and utc != when else ""
+    return (f"receipt: sha256 {submission.get('sha256', '?')}, {submission.get('size', '?')} bytes, received "
+            f"{when}{beside}")
+
+
+def cmd_download(api: Api, args) -> int:
+    one, _ = api.call("GET", f"/api/submissions/{args.id}")
+    one = _expect_submission(one, f"submission #{args.id}")
+    _, data = api.call("GET", f"/api/submissions/{args.id}/file", as_json=False)
+    import hashlib
+    digest = hashlib.sha256(data).hexdigest()
+    if one.get("sha256") and digest != one.get("sha256"):
+        raise ClientError(f"the bytes received for #{args.id} do not match its receipt's sha256: try again")
+    out = Path(args.output) if args.output else None
+    if out is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    else:
+        try:
+            out.write_bytes(data)
+        except OSError as exc:
+            raise ClientError(f"could not write {out}: {_reason(exc)}", EXIT_LOCAL) from None
+        print(f"wrote {out}: {receipt(one)}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_regrade(api: Api, args) -> int:
+    if args.reason:
+        body = json.dumps({"reason": " ".join(args.reason)}).encode("utf-8")
+        made, _ = api.call("POST", "/api/regrade-requests", body, content_type="application/json")
+        if not isinstance(made, dict):
+            raise ClientError("the server's answer to the regrade request is not what the grading service sends")
+        print(f"regrade request #{made.get('id')} about hand-in #{made.get('submission_id')} sent; "
+              f"its answer will show in `{args.history_hint.replace('history', 'regrade')}`")
+        return EXIT_OK
+    listing, _ = api.call("GET", "/api/regrade-requests")
+    if not isinstance(listing, list):
+        raise ClientError("the server's answer to /api/regrade-requests is not a list")
+    if not listing:
+        print("no regrade requests yet")
+    for item in (i for i in listing if isinstance(i, dict)):
+        print(f"#{item.get('id')}  hand-in #{item.get('submission_id')}  {item.get('asked_at_local') or item.get('asked_at')}"
+              f"  {item.get('status')}: {item.get('reason')}")
+        if item.get("answer"):
+            print(f"    answer: {item.get('answer')}")
     return EXIT_OK
 
 
@@ -409,8 +475,11 @@ def cmd_status(api: Api, args) -> int:
     left = me.get("checks_left_this_hour")
     print(f"signed in as: {who} ({me.get('role', 'student')})")
     print(f"assignment: {me.get('assignment', '?')}")
-    print(f"checks left this hour: {left if left is not None else 'no limit'}")
-    print(f"deadline: {_when(me.get('deadline'))}")
+    if me.get("past_deadline") and me.get("role") == "student":
+        print("checks: closed (the deadline has passed; a hand-in needs --late)")
+    else:
+        print(f"checks left this hour: {left if left is not None else 'no limit'}")
+    print(f"deadline: {_when(me.get('deadline_local') or me.get('deadline'))}")
     return EXIT_OK
 
 
@@ -435,8 +504,9 @@ def cmd_history(api: Api, args) -> int:
     for item in items:
         score = format_score(item)[len("score: "):] if item.get("status") == "done" else describe(item)
         who = f"  {item.get('student')}" if several else ""
-        late = "  late" if item.get("late") else ""
-        print(f"#{item.get('id')}  {item.get('kind', '?'):<7}  {item.get('submitted_at', '?')}  {score}{late}{who}")
+        late = ("  late" if item.get("late") else "") + ("  counts" if item.get("counts") else "")
+        when = item.get("submitted_at_local") or item.get("submitted_at", "?")
+        print(f"#{item.get('id')}  {item.get('kind', '?'):<7}  {when}  {score}{late}{who}")
     return EXIT_OK
 
 
@@ -452,6 +522,8 @@ def add_parsers(sub, prefix: str = "") -> None:
                        "wait for its report")
     s.add_argument("file", help="the .py file to send")
     s.add_argument("--hand-in", action="store_true", help="the official hand-in (default: a check)")
+    s.add_argument("--late", action="store_true", help="after the deadline: hand in anyway, marked late (it "
+                   "replaces your on-time hand-in as the one that counts; the service says which)")
     s.add_argument("--report", help="also write the final submission, as JSON, to this file")
     s.add_argument("--timeout", type=float, default=1800, help="seconds to wait for the report (default 1800)")
     s.set_defaults(run=cmd_submit, history_hint=prefix + "history")
@@ -461,6 +533,15 @@ def add_parsers(sub, prefix: str = "") -> None:
     h = sub.add_parser(prefix + "history", parents=[connection], help="your submissions, newest first")
     h.add_argument("id", nargs="?", type=int, help="show this submission's report")
     h.set_defaults(run=cmd_history)
+    d = sub.add_parser(prefix + "download", parents=[connection], help="exactly what the service filed as one "
+                       "submission (its receipt's sha256 is checked)")
+    d.add_argument("id", type=int, help="the submission's number (see history)")
+    d.add_argument("-o", "--output", help="write it to this file (default: standard output)")
+    d.set_defaults(run=cmd_download)
+    r = sub.add_parser(prefix + "regrade", parents=[connection], help="ask, with a sentence, for a regrade of your "
+                       "hand-in that counts; without one, your requests and their answers")
+    r.add_argument("reason", nargs="*", help="what you think was graded wrong, in a sentence")
+    r.set_defaults(run=cmd_regrade, history_hint=prefix + "history")
 
 
 def run(args) -> int:

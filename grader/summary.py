@@ -46,7 +46,8 @@ col.files { width: 11em; }
 """
 
 
-def build(course: Course, out: Path, similarity_threshold: float | None = None, progress: bool = False) -> Path:
+def build(course: Course, out: Path, similarity_threshold: float | None = None, progress: bool = False,
+          roster_rows: list[dict] | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     for name in PLOTS + (similarity_report.PAGE,):     # a page that has no data this time must not linger
         (out / name).unlink(missing_ok=True)
@@ -64,6 +65,8 @@ def build(course: Course, out: Path, similarity_threshold: float | None = None, 
         parts.append("<p>No graded submissions yet: run grade-all first.</p>")
     parts.append(_similar(course, out, similarity_threshold, progress))
     parts.append(_students(course, rows, out))
+    if roster_rows is not None:
+        parts.append(_roster_section(roster_rows))
     if reports:
         parts.append(_tests(reports))      # long: last
     title = html.escape(f"{course.assignment.title}: class summary")
@@ -326,6 +329,10 @@ def add_parser(sub) -> None:
     p.add_argument("--out", help="folder for the page and its images (default: COURSE/summary)")
     p.add_argument("--similarity-threshold", type=similarity_report.fraction, default=similarity.THRESHOLD,
                    help=f"list similar hand-ins at this similarity or more, 0 to 1 (default {similarity.THRESHOLD:g})")
+    p.add_argument("--db", help="the grading service's database, for its roster (default: COURSE/service.db where "
+                                "it exists)")
+    p.add_argument("--deadline", help="the course's deadline for the roster's deadline column (default: the one "
+                                      "the service was last started with)")
     p.set_defaults(run=main)
 
 
@@ -341,6 +348,43 @@ def main(args) -> int:
     if why:
         print(f"grader: cannot write the summary in {out}: {why}", file=sys.stderr)
         return 2
-    index = build(course, out, args.similarity_threshold, progress=True)
+    try:
+        table = _service_roster(course, args.db, args.deadline)
+    except ValueError as exc:
+        print(f"grader: {exc}", file=sys.stderr)
+        return 2
+    index = build(course, out, args.similarity_threshold, progress=True, roster_rows=table)
     print(f"summary written to {index}")
+    if table is not None:
+        from .service import roster
+        atomic_write(out / "roster.csv", roster.to_csv(table))
+        print(f"the service's roster ({len(table)} students), also in {out / 'roster.csv'}:")
+        print(roster.terminal(table))
     return 0
+
+
+def _service_roster(course: Course, db: str | None, deadline: str | None):
+    """The grading service's roster of the course (grader/service/roster.py), where it has a
+    database; None where it has none. Needs the service's stack (the instructor's install)."""
+    if db is None and not (course.root / "service.db").is_file():
+        return None
+    try:
+        from .service import roster
+        from .service.serve import parse_deadline
+    except ImportError:
+        return None
+    import sqlalchemy as sa
+    try:
+        return roster.service_rows(course.root, db, parse_deadline(deadline))
+    except sa.exc.SQLAlchemyError as exc:
+        raise ValueError(f"cannot read the service's database: {str(exc).splitlines()[0]}") from None
+
+
+def _roster_section(table: list[dict]) -> str:
+    from .service import roster
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in roster.COLUMNS if c != "counted_sha256")
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for c, v in roster.flat(r).items()
+                                    if c != "counted_sha256") + "</tr>" for r in table)
+    return (f"<h2>The grading service's roster</h2><p class=note>Every student with a token, in the gradebook or "
+            f"with a submission, as the service's instructor page shows them (also in roster.csv).</p>"
+            f"<table class=roster><tr>{head}</tr>{body}</table>")

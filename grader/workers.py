@@ -27,9 +27,10 @@ class Grading(Protocol):
     def closed_paths(self) -> list[Path]: ...
 
 
-def confinement_for(assignment: Assignment, device: str, closed: list[Path], want_uid: bool) -> Confinement:
+def confinement_for(assignment: Assignment, device: str, closed: list[Path], want_uid: bool,
+                    keep_out: list[Path] = ()) -> Confinement:
     """A confinement (and so a uid) of its own: stopping one worker sweeps its uid clean."""
-    conf = Confinement.prepare(device, closed, want_uid=want_uid)
+    conf = Confinement.prepare(device, closed, want_uid=want_uid, keep_out=keep_out)
     if assignment.worker_memory_bytes:
         conf.memory_limit = assignment.worker_memory_bytes
     return conf

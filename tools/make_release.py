@@ -47,7 +47,7 @@ bench:
 check:
 \t@$(PYTHON) submit.py submit $(SUBMISSION)
 submit:
-\t@$(PYTHON) submit.py submit $(SUBMISSION) --hand-in
+\t@$(PYTHON) submit.py submit $(SUBMISSION) --hand-in $(if $(LATE),--late)
 status:
 \t@$(PYTHON) submit.py status
 history:
@@ -101,8 +101,14 @@ repository: anyone with the token can submit as you.
 - `make submit` hands `{submission}` in: that is the copy that is graded, and
   it is graded as a check too, so you see its feedback (and it counts as one of
   the hour's checks: once they are used, a hand-in is still accepted, but graded
-  only after the deadline). You may hand in again; the latest hand-in is the one
-  graded. One made after the deadline is kept and marked late, and you are told so.
+  only after the deadline). You may hand in again: every hand-in is kept, and the
+  latest is the one graded. After the deadline a hand-in is refused with a sentence
+  naming the on-time hand-in it would replace, unless you confirm with
+  `make submit LATE=1` (`--late`); it is then kept, marked late, and counts.
+  Each accepted submission shows its receipt (sha256, size, time), and
+  `python submit.py download ID` fetches exactly what was filed.
+  `python submit.py regrade "what you think was graded wrong"` asks for a
+  regrade of the hand-in that counts; `python submit.py regrade` shows the answer.
 - `make status` shows who the token belongs to, the checks left this hour and
   the deadline; `make history` lists your submissions, and
   `python submit.py history ID` shows one report again.

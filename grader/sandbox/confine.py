@@ -62,6 +62,8 @@ class Confinement:
     device: str
     uid: int | None = None
     protected: list[str] = field(default_factory=list)
+    kept_out: list[str] = field(default_factory=list)    # absent from the view; their modes untouched
+    not_kept_out: list[str] = field(default_factory=list)
     memory_limit: int = field(default_factory=default_memory_limit)
     reason: str = ""
     subreaper: bool = False
@@ -80,7 +82,10 @@ class Confinement:
 
     @classmethod
     def prepare(cls, device: str, protect: list[Path], python: str = sys.executable,
-                want_uid: bool = True) -> "Confinement":
+                want_uid: bool = True, keep_out: list[Path] = ()) -> "Confinement":
+        """`protect`: the assignment's paths (reference, hidden tests), closed to a worker of its
+        own uid by their mode as well as left out of its view. `keep_out`: the course's folders
+        (other students' files), left out of the view alone: their modes are never changed."""
         conf = cls(device=device, subreaper=become_subreaper())
         if device == "cuda":
             from . import vmm
@@ -88,11 +93,12 @@ class Confinement:
         conf.namespaces, conf.namespaces_why = _namespaces_available()
         python_paths()     # found here: preexec runs after a fork, where an import could deadlock
         if conf.namespaces:
-            view = rootfs.View.discover(python_paths(), (str(REPO), *map(str, protect)))
+            view = rootfs.View.discover(python_paths(), (str(REPO), *map(str, protect), *map(str, keep_out)))
             ok, said = _view_works(view, conf.private_shm)
             conf.view, conf.view_why = (view if ok else None), said
         else:
             conf.view_why = "no mount namespace"
+        conf.keep_out_paths(keep_out)
         if not want_uid:
             conf.reason = "privilege drop disabled by configuration"
         elif os.geteuid() != 0:
@@ -147,6 +153,16 @@ class Confinement:
                 path.chmod(mode & 0o700)
                 self.protected.append(str(path))
 
+    def keep_out_paths(self, paths: list[Path]) -> None:
+        """Note the paths the worker's view leaves out (the course's folders): nothing is done to
+        them. A view made before they were known (a spare worker's) keeps them out unless one
+        of its entries holds them; without a view they are not kept out (the report says so)."""
+        for path in map(str, paths):
+            if path in self.kept_out or path in self.not_kept_out:
+                continue
+            out = self.view is not None and not any(rootfs._under(path, entry) for entry in self.view.read_only)
+            (self.kept_out if out else self.not_kept_out).append(path)
+
     def release(self) -> None:
         """Give the uid back for other gradings to use, once none of its processes is left
         (Worker.stop kills them all). A grading process holds its uids until it exits; a
@@ -166,6 +182,8 @@ class Confinement:
             "uid": self.uid,
             "why_not": self.reason or None,
             "protected_paths": self.protected,
+            "kept_out_paths": self.kept_out,
+            "not_kept_out_paths": self.not_kept_out,
             "rlimits": {"fsize_bytes": OUTPUT_LIMIT, "core": 0,
                         "address_space_bytes": CPU_ADDRESS_SPACE if self.device == "cpu" else None,
                         "nproc": 4096 if self.uid is not None else None,

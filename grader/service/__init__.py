@@ -9,6 +9,11 @@
     views.py     what a student may see of a report, by the assignment's visibility and the deadline
     app.py       the HTTP API (/api/..., the contract the student client follows)
     pages.py     the same as server-rendered HTML: login, upload, history, queue, instructor, leaderboard
-    cli.py       the command lines of serve and tokens (parsed without importing the rest)
+    counting.py  every hand-in kept, the one that counts (newest, or the instructor's choice); `grader hand-ins`
+    guard.py     failed log-ins limited per source address
+    roster.py    every student and where they stand (page, CSV, summary); `grader extend`
+    regrades.py  regrade requests and their answers
+    protocol.py  uvicorn's h11 protocol, answering unreadable requests in JSON (limits.py: the sizes)
+    cli.py       the command lines of serve, tokens, hand-ins and extend (parsed without importing the rest)
     serve.py     serve itself: settings, the lock on the course, uvicorn
 """

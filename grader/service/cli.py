@@ -12,6 +12,8 @@ SERVE = ("The grading service for one assignment of one course (docs/service.md)
 def add_parsers(sub) -> None:
     _serve_parser(sub)
     _tokens_parser(sub)
+    _hand_ins_parser(sub)
+    _extend_parser(sub)
 
 
 def _serve_parser(sub) -> None:
@@ -31,6 +33,8 @@ def _serve_parser(sub) -> None:
                                 "postgresql+psycopg://user:password@host/db)")
     p.add_argument("--deadline", help="ISO-8601 time after which checks are refused and hand-ins are marked late "
                                       "(a time without a zone is UTC), e.g. 2026-03-01T23:59:00+01:00")
+    p.add_argument("--timezone", help="the course's time zone, for every time the pages and sentences show (an IANA "
+                                      "name such as Europe/Berlin, or +01:00; default: the deadline's offset, else UTC)")
     p.add_argument("--checks-per-hour", type=int, default=6,
                    help="checks one student may send in any hour (default 6; 0: no limit)")
     p.add_argument("--timeout", type=float, help="seconds one grading may take (default: 2 x time budget + 300)")
@@ -60,6 +64,43 @@ def _tokens_parser(sub) -> None:
     p.add_argument("--gradebook", help="nbgrader gradebook URL for --from-gradebook (default: "
                                        "sqlite:///COURSE/gradebook.db)")
     p.set_defaults(run=_tokens)
+
+
+def _hand_ins_parser(sub) -> None:
+    p = sub.add_parser("hand-ins", help="list every kept hand-in, or choose the one that counts",
+                       description="Every hand-in the service accepted is kept. The one that counts (what grade-all "
+                                   "grades, in submitted/STUDENT/ASSIGNMENT/) is the newest, unless chosen here.")
+    p.add_argument("--course", required=True, type=course_folder, help="course folder")
+    p.add_argument("--assignment", help="assignment folder (default: the only one under assignment/)")
+    p.add_argument("--db", help="the service's database URL (default: sqlite:///COURSE/service.db)")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--list", nargs="*", metavar="STUDENT", help="every hand-in of these students (none: everyone's), "
+                                                                   "the one that counts marked COUNTS")
+    what.add_argument("--activate", nargs=2, metavar=("STUDENT", "ID"),
+                      help="make hand-in ID (the # of --list) the one of STUDENT's that counts")
+    p.set_defaults(run=_hand_ins)
+
+
+def _extend_parser(sub) -> None:
+    p = sub.add_parser("extend", help="give one student a deadline of their own (checks, lateness and what "
+                                      "reports show follow it)")
+    p.add_argument("--course", required=True, type=course_folder, help="course folder")
+    p.add_argument("--db", help="the service's database URL (default: sqlite:///COURSE/service.db)")
+    p.add_argument("student", help="the student's id")
+    when = p.add_mutually_exclusive_group(required=True)
+    when.add_argument("--until", help="ISO-8601 time (a time without a zone is UTC), e.g. 2026-03-04T23:59:00+01:00")
+    when.add_argument("--remove", action="store_true", help="back to the course's deadline")
+    p.set_defaults(run=_extend)
+
+
+def _extend(args) -> int:
+    from .roster import extend_main
+    return extend_main(args)
+
+
+def _hand_ins(args) -> int:
+    from .counting import main
+    return main(args)
 
 
 def _serve(args) -> int:

@@ -27,6 +27,31 @@ def parse_deadline(text: str | None) -> datetime.datetime | None:
     return t.replace(tzinfo=None)
 
 
+def parse_zone(text: str | None, deadline_text: str | None) -> datetime.tzinfo:
+    """The course's time zone: --timezone (an IANA name such as Europe/Berlin, or an offset such
+    as +01:00), else the deadline's own offset, else UTC. ValueError says what is wrong."""
+    if text:
+        text = text.strip()
+        if text.upper() in ("UTC", "Z"):
+            return datetime.timezone.utc
+        if text[:1] in "+-":
+            try:
+                return datetime.datetime.fromisoformat(f"2000-01-01T00:00:00{text}").tzinfo
+            except ValueError:
+                raise ValueError(f"--timezone {text!r} is not an offset such as +01:00") from None
+        import zoneinfo
+        try:
+            return zoneinfo.ZoneInfo(text)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"--timezone {text!r} is not a time zone this machine knows (an IANA name such as "
+                             "Europe/Berlin, or an offset such as +01:00)") from None
+    if deadline_text:
+        t = datetime.datetime.fromisoformat(deadline_text.strip())
+        if t.tzinfo is not None:
+            return t.tzinfo
+    return datetime.timezone.utc
+
+
 def main(args) -> int:
     from ..batch import default_timeout
     from ..leftovers import sweep
@@ -39,6 +64,7 @@ def main(args) -> int:
     try:
         assignment = Assignment.find(args.assignment)
         deadline = parse_deadline(args.deadline)
+        zone = parse_zone(args.timezone, args.deadline)
         device = resolve_device(args.device) if args.executor == "local" else None
     except (AssignmentError, ValueError, DeviceUnavailable) as exc:
         return _fail(str(exc))
@@ -69,25 +95,26 @@ def main(args) -> int:
     except LockUnavailable as exc:
         return _fail(str(exc))
     try:
-        return _serve(args, Course(root, assignment), device, jobs, deadline, default_timeout, sweep)
+        return _serve(args, Course(root, assignment), device, jobs, deadline, zone, default_timeout, sweep)
     finally:
         lock.release()
 
 
-def _serve(args, course: Course, device: str, jobs: int, deadline, default_timeout, sweep) -> int:
+def _serve(args, course: Course, device: str, jobs: int, deadline, zone, default_timeout, sweep) -> int:
     import sqlalchemy as sa
     import uvicorn
 
     from .app import create
     from .intake import Service
     from .queue import Graders
-    from .store import Store, default_url
+    from .store import Store, default_url, iso
 
     url = args.db or default_url(course.root)
     try:
         store = Store(url)
     except (sa.exc.SQLAlchemyError, ImportError) as exc:
         return _fail(f"cannot open the service's database {_safe(url)}: {str(exc).splitlines()[0]}")
+    store.set_setting("deadline", iso(deadline) or "")       # for `summary`'s roster, read without the service
     swept = sweep(course.root)
     if swept:
         _say(f"removed what a service or grade-all that died left: {', '.join(swept)}")
@@ -103,13 +130,18 @@ def _serve(args, course: Course, device: str, jobs: int, deadline, default_timeo
     graders = Graders(course, store, device, jobs, timeout_s, warm=not args.cold, say=_say, cluster=cluster)
     if graders.note:
         _say(graders.note)
-    service = Service(course, store, deadline, args.checks_per_hour or None, graders, device)
+    from .guard import LoginGuard
+    service = Service(course, store, deadline, args.checks_per_hour or None, graders, device, tz=zone,
+                      guard=LoginGuard(say=_say))
     app = create(service, on_shutdown=[graders.stop, store.close])
     graders.start()
     how = "as Slurm tasks" if cluster else "here"
     _say(f"serving {course.assignment.id} of {course.root} on http://{args.host}:{args.port} ({device}, {jobs} "
          f"at once {how}; database {_safe(url)})")
+    from .limits import MAX_HEAD
+    from .protocol import JsonErrorsH11Protocol
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
+                            http=JsonErrorsH11Protocol, h11_max_incomplete_event_size=MAX_HEAD,
                             proxy_headers=True, forwarded_allow_ips="127.0.0.1", timeout_graceful_shutdown=10)
     try:
         uvicorn.Server(config).run()

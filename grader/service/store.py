@@ -64,6 +64,44 @@ gradings = sa.Table(
     sa.Column("outcome", sa.String(16)),          # report | failed | interrupted; None while it runs
     sa.Column("detail", sa.Text))
 
+# A log-in on the pages: the cookie holds a random id, stored only as its SHA-256. It ends at log-out,
+# when its token is revoked, or at `expires_at` (the student's deadline plus a week).
+sessions = sa.Table(
+    "service_sessions", metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("digest", sa.String(64), nullable=False, unique=True),
+    sa.Column("token_id", sa.Integer, sa.ForeignKey("service_tokens.id"), nullable=False, index=True),
+    sa.Column("student", sa.String(200)),                               # None: the instructor's
+    sa.Column("created_at", sa.DateTime, nullable=False),
+    sa.Column("expires_at", sa.DateTime, nullable=False),
+    sa.Column("ended_at", sa.DateTime))
+
+# A student's own deadline (`grader extend`): checks, lateness, visibility and log-ins follow it.
+extensions = sa.Table(
+    "service_extensions", metadata,
+    sa.Column("student", sa.String(200), primary_key=True),
+    sa.Column("until", sa.DateTime, nullable=False),
+    sa.Column("granted_at", sa.DateTime, nullable=False))
+
+# A student's request for a regrade of their counted hand-in, and the instructor's answer.
+regrades = sa.Table(
+    "service_regrades", metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("student", sa.String(200), nullable=False, index=True),
+    sa.Column("submission_id", sa.Integer, sa.ForeignKey("service_submissions.id"), nullable=False),
+    sa.Column("asked_at", sa.DateTime, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("answered_at", sa.DateTime),
+    sa.Column("answer", sa.Text))
+
+# The hand-in that counts, where the instructor chose one (`grader hand-ins --activate`, the page):
+# without a row, a student's newest hand-in counts. A new hand-in removes the row (it counts).
+counted = sa.Table(
+    "service_counted", metadata,
+    sa.Column("student", sa.String(200), primary_key=True),
+    sa.Column("submission_id", sa.Integer, sa.ForeignKey("service_submissions.id"), nullable=False),
+    sa.Column("chosen_at", sa.DateTime, nullable=False))
+
 settings = sa.Table(
     "service_settings", metadata,
     sa.Column("key", sa.String(64), primary_key=True),
@@ -141,6 +179,15 @@ class Store:
                 c.execute(settings.insert().values(key=key, value=value))
             return value
 
+    def setting(self, key: str) -> str | None:
+        with self.engine.connect() as c:
+            return c.execute(sa.select(settings.c.value).where(settings.c.key == key)).scalar()
+
+    def set_setting(self, key: str, value: str) -> None:
+        with self.write, self.engine.begin() as c:
+            c.execute(settings.delete().where(settings.c.key == key))
+            c.execute(settings.insert().values(key=key, value=value))
+
     # -- submissions --------------------------------------------------------------------
     def accept(self, student: str, kind: str, data: bytes, sha256: str, late: bool,
                checks_per_hour: int | None, before_insert=None) -> dict:
@@ -158,6 +205,10 @@ class Store:
                     # Graded, a hand-in is a check with feedback: unlimited, it would lift the
                     # quota. It is never refused (it is the official one), only not graded now.
                     status = FILED
+            if kind == "hand-in":
+                # before the folder is written: a `hand-ins --activate` in another process waits for this
+                self._hold_hand_ins(c, student)
+                c.execute(counted.delete().where(counted.c.student == student))
             if before_insert is not None:
                 before_insert()
             turn = self._next_turn(c, student) if status == "queued" else 0
@@ -256,6 +307,125 @@ class Store:
                 out.setdefault(row["student"], {})[row["kind"]] = dict(row)
         return out
 
+    # -- extensions ----------------------------------------------------------------------------
+    def extension(self, student: str) -> datetime.datetime | None:
+        with self.engine.connect() as c:
+            return c.execute(sa.select(extensions.c.until).where(extensions.c.student == student)).scalar()
+
+    def extensions(self) -> dict[str, datetime.datetime]:
+        with self.engine.connect() as c:
+            return dict(c.execute(sa.select(extensions.c.student, extensions.c.until)).all())
+
+    def extend(self, student: str, until: datetime.datetime | None) -> None:
+        """Set (None: remove) a student's own deadline."""
+        with self.write, self.engine.begin() as c:
+            c.execute(extensions.delete().where(extensions.c.student == student))
+            if until is not None:
+                c.execute(extensions.insert().values(student=student, until=until, granted_at=now()))
+
+    def students(self) -> dict[str, str]:
+        """Every student with a token or a submission: student -> "yes" (a live token), "revoked"
+        (tokens, all revoked) or "no"."""
+        with self.engine.connect() as c:
+            out: dict[str, str] = {}
+            for student, revoked in c.execute(sa.select(tokens.c.student, tokens.c.revoked_at)
+                                              .where(tokens.c.student.is_not(None))).all():
+                out[student] = "yes" if revoked is None or out.get(student) == "yes" else "revoked"
+            for student in c.execute(sa.select(submissions.c.student).distinct()).scalars():
+                out.setdefault(student, "no")
+        return out
+
+    # -- regrade requests ------------------------------------------------------------------------
+    def ask_regrade(self, student: str, sub_id: int, reason: str) -> dict:
+        """A new request; ValueError (the sentence) where one for this hand-in is still open."""
+        with self.write, self.engine.begin() as c:
+            open_one = c.execute(sa.select(regrades.c.id).where(
+                regrades.c.student == student, regrades.c.submission_id == sub_id,
+                regrades.c.answered_at.is_(None))).scalar()
+            if open_one is not None:
+                raise ValueError(f"you asked for a regrade of hand-in #{sub_id} already (request #{open_one}), and "
+                                 "your instructor has not answered yet: the answer will show here")
+            new_id = c.execute(regrades.insert().values(student=student, submission_id=sub_id, asked_at=now(),
+                                                        reason=reason)).inserted_primary_key[0]
+        return self.regrade(new_id)
+
+    def regrade(self, req_id: int) -> dict | None:
+        with self.engine.connect() as c:
+            row = c.execute(sa.select(regrades).where(regrades.c.id == req_id)).mappings().first()
+        return None if row is None else dict(row)
+
+    def regrades(self, student: str | None = None) -> list[dict]:
+        """Requests newest first (one student's, or everyone's)."""
+        query = sa.select(regrades).order_by(regrades.c.id.desc())
+        if student is not None:
+            query = query.where(regrades.c.student == student)
+        with self.engine.connect() as c:
+            return [dict(r) for r in c.execute(query).mappings()]
+
+    def answer_regrade(self, req_id: int, answer: str) -> dict:
+        with self.write, self.engine.begin() as c:
+            done = c.execute(regrades.update().where(regrades.c.id == req_id).values(
+                answered_at=now(), answer=answer)).rowcount
+        if not done:
+            raise ValueError(f"no regrade request #{req_id}")
+        return self.regrade(req_id)
+
+    # -- hand-ins: every one kept; one counts ------------------------------------------------
+    def hand_ins(self, student: str) -> list[dict]:
+        """A student's hand-ins, oldest first, each with `counts` (the one grade-all grades)."""
+        with self.engine.connect() as c:
+            rows = [dict(r) for r in c.execute(sa.select(*_listed).where(
+                submissions.c.student == student, submissions.c.kind == "hand-in").order_by(submissions.c.id))
+                .mappings()]
+            chosen = c.execute(sa.select(counted.c.submission_id).where(counted.c.student == student)).scalar()
+        which = chosen if chosen is not None else (rows[-1]["id"] if rows else None)
+        for row in rows:
+            row["counts"] = row["id"] == which
+        return rows
+
+    def _hold_hand_ins(self, c, student: str) -> None:
+        """Hold the student's hand-ins (which counts, and the folder that holds it) until this
+        transaction ends, against the service and `grader hand-ins` in other processes alike:
+        on PostgreSQL an advisory lock, on SQLite the database's write lock, taken by a write."""
+        if c.dialect.name == "postgresql":
+            c.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": f"hand-ins:{student}"})
+        else:
+            c.execute(counted.delete().where(counted.c.student == student, sa.false()))
+
+    def counted(self, student: str) -> dict | None:
+        return next((r for r in self.hand_ins(student) if r["counts"]), None)
+
+    def counted_all(self) -> dict[str, dict]:
+        """student -> the hand-in that counts, for every student with one."""
+        newest = sa.select(sa.func.max(submissions.c.id)).where(submissions.c.kind == "hand-in") \
+            .group_by(submissions.c.student)
+        with self.engine.connect() as c:
+            chosen = dict(c.execute(sa.select(counted.c.student, counted.c.submission_id)).all())
+            ids = set(c.execute(newest).scalars())
+            ids = {i for i in ids} | set(chosen.values())
+            rows = [dict(r) for r in c.execute(sa.select(*_listed).where(submissions.c.id.in_(ids))).mappings()]
+        out: dict[str, dict] = {}
+        for row in sorted(rows, key=lambda r: r["id"]):
+            student = row["student"]
+            if student in chosen and chosen[student] != row["id"]:
+                continue
+            out[student] = dict(row, counts=True)
+        return out
+
+    def choose(self, student: str, sub_id: int, write_folder=None) -> dict:
+        """Make hand-in `sub_id` the student's one that counts. `write_folder(row, data)` runs in
+        the same step (the course folder's copy). ValueError says why it cannot be."""
+        with self.write, self.engine.begin() as c:
+            self._hold_hand_ins(c, student)
+            row = c.execute(sa.select(*_listed, submissions.c.data).where(submissions.c.id == sub_id)).mappings().first()
+            if row is None or row["student"] != student or row["kind"] != "hand-in":
+                raise ValueError(f"#{sub_id} is not a hand-in of {student}'s")
+            c.execute(counted.delete().where(counted.c.student == student))
+            if write_folder is not None:
+                write_folder(dict(row), row["data"])
+            c.execute(counted.insert().values(student=student, submission_id=sub_id, chosen_at=now()))
+        return self.counted(student)
+
     def done_checks(self) -> list[dict]:
         """Every graded check, with its report (the leaderboard's material)."""
         with self.engine.connect() as c:
@@ -327,4 +497,5 @@ class Store:
 
 # What a listing carries: everything but the bytes and the report.
 _listed = [submissions.c[name] for name in ("id", "student", "kind", "sha256", "submitted_at", "late", "turn", "status",
-                                            "failures", "started_at", "finished_at", "score", "max_score", "error")]
+                                            "failures", "started_at", "finished_at", "score", "max_score", "error")] \
+    + [sa.func.length(submissions.c.data).label("size")]

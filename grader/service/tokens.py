@@ -24,7 +24,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from ..course import gradebook_url
-from .store import Store, default_url, now, tokens
+from .store import Store, default_url, now, sessions, tokens
 
 # A student id names a folder of the course (submitted/<student>/): nbgrader's ids, no path in them.
 STUDENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}")
@@ -68,10 +68,54 @@ def issue(store: Store, student: str | None) -> str:
 
 
 def revoke(store: Store, student: str | None) -> int:
-    """Revoke every live token of `student` (None: every instructor token); how many."""
+    """Revoke every live token of `student` (None: every instructor token), and end the log-ins
+    made with them; how many tokens."""
     who = tokens.c.student.is_(None) if student is None else tokens.c.student == student
+    t = now()
     with store.write, store.engine.begin() as c:
-        return c.execute(tokens.update().where(who, tokens.c.revoked_at.is_(None)).values(revoked_at=now())).rowcount
+        ids = list(c.execute(sa.select(tokens.c.id).where(who, tokens.c.revoked_at.is_(None))).scalars())
+        if ids:
+            c.execute(tokens.update().where(tokens.c.id.in_(ids)).values(revoked_at=t))
+            c.execute(sessions.update().where(sessions.c.token_id.in_(ids), sessions.c.ended_at.is_(None))
+                      .values(ended_at=t))
+        return len(ids)
+
+
+def log_in(store: Store, token: str | None, expires_at) -> tuple[Identity, str]:
+    """A page log-in: the token's owner and a new session id for the cookie (stored hashed).
+    Refused as identify() refuses the token."""
+    who = identify(store, token)
+    session = secrets.token_urlsafe(32)
+    with store.write, store.engine.begin() as c:
+        token_id = c.execute(sa.select(tokens.c.id).where(tokens.c.digest == digest(token))).scalar_one()
+        c.execute(sessions.insert().values(digest=digest(session), token_id=token_id, student=who.student,
+                                           created_at=now(), expires_at=expires_at))
+    return who, session
+
+
+def session_identity(store: Store, session: str | None) -> Identity | None:
+    """Who a live session belongs to; None for none, an unknown, ended or expired one, or one whose
+    token was revoked."""
+    if not session:
+        return None
+    wanted = digest(session)
+    with store.engine.connect() as c:
+        row = c.execute(sa.select(sessions.c.digest, sessions.c.student, sessions.c.expires_at, sessions.c.ended_at,
+                                  tokens.c.revoked_at).join(tokens, tokens.c.id == sessions.c.token_id)
+                        .where(sessions.c.digest == wanted)).first()
+    if row is None or not hmac.compare_digest(row.digest, wanted):
+        return None
+    if row.ended_at is not None or row.revoked_at is not None or row.expires_at <= now():
+        return None
+    return Identity(row.student)
+
+
+def log_out(store: Store, session: str | None) -> None:
+    if not session:
+        return
+    with store.write, store.engine.begin() as c:
+        c.execute(sessions.update().where(sessions.c.digest == digest(session), sessions.c.ended_at.is_(None))
+                  .values(ended_at=now()))
 
 
 def has_tokens(store: Store, student: str) -> bool:

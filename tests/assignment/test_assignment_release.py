@@ -95,7 +95,8 @@ def test_makefile_checks_and_hands_in_with_the_client(bundle):
     makefile = (bundle / "Makefile").read_text(encoding="utf-8")
     assert "SUBMISSION ?= l1_paged_kv_write.py" in makefile
     assert "check:\n\t@$(PYTHON) submit.py submit $(SUBMISSION)\n" in makefile
-    assert "submit:\n\t@$(PYTHON) submit.py submit $(SUBMISSION) --hand-in\n" in makefile
+    # LATE=1: after the deadline the service asks for the student's --late before a hand-in counts
+    assert "submit:\n\t@$(PYTHON) submit.py submit $(SUBMISSION) --hand-in $(if $(LATE),--late)\n" in makefile
     # No token on a command line, where `ps` would show it to everyone on the machine.
     assert "--token" not in makefile
 

@@ -73,6 +73,39 @@ class Server:
         kind = got.get("content-type", "")
         return Answer(status, json.loads(raw) if kind.startswith("application/json") else raw.decode(), got)
 
+    def raw(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None) -> Answer:
+        """One request that follows no redirect (a log-in's 303 carries the cookie)."""
+        import http.client
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            raw, got = resp.read(), {k.lower(): v for k, v in resp.getheaders()}
+            cookies = [v for k, v in resp.getheaders() if k.lower() == "set-cookie"]
+        finally:
+            conn.close()
+        kind = got.get("content-type", "")
+        answer = Answer(resp.status, json.loads(raw) if kind.startswith("application/json") else raw.decode(), got)
+        answer.headers["set-cookie-all"] = cookies
+        return answer
+
+    def login(self, token: str) -> str:
+        """Log in through the page's form; the Cookie header that carries the log-in."""
+        from urllib.parse import urlencode
+        got = self.raw("POST", "/login", urlencode({"token": token}).encode(),
+                       {"Content-Type": "application/x-www-form-urlencoded"})
+        assert got.status == 303, got.body
+        return "; ".join(c.split(";", 1)[0] for c in got.headers["set-cookie-all"])
+
+    def page(self, path: str, cookie: str, method: str = "GET", form: dict | None = None) -> Answer:
+        from urllib.parse import urlencode
+        headers = {"Cookie": cookie}
+        body = None
+        if form is not None:
+            body = urlencode(form).encode()
+            headers["Content-Type"] = "application/x-www-form-urlencoded"
+        return self.raw(method, path, body, headers)
+
     def submit(self, token: str, data: bytes, kind: str = "check") -> Answer:
         return self.request("POST", f"/api/submissions?kind={kind}", token, data,
                             {"Content-Type": "text/x-python"})

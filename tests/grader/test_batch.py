@@ -4,6 +4,7 @@ import csv
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -52,14 +53,19 @@ def test_a_refused_hand_in_gets_feedback_saying_why_once(graded):
     assert graded.course.read_report("s_link")["extra_data"]["submission"]["bytes"] == 0
 
 
-def test_the_course_folder_is_closed_to_workers(graded):
-    """A worker must not read a classmate's file (or report) while it is being graded."""
+def test_the_course_folder_is_kept_out_of_the_workers_view_and_its_mode_kept(graded):
+    """A worker must not read a classmate's file (or report) while it is being graded: the course
+    folder is absent from its file system (the allow-list, grader/sandbox/rootfs.py), which
+    test_worker_view.py proves of a world-readable folder. Its mode is the instructor's: a grading
+    never changes it (it once went 0755 -> 0700)."""
+    assert stat.S_IMODE(os.stat(graded.course.root).st_mode) == graded.course_mode
     report = graded.course.read_report(next(iter(graded.expected)))
     sandbox = report["extra_data"]["sandbox"]
-    if not sandbox["privilege_drop"]:
-        pytest.skip(f"workers ran as the grader's user here: {sandbox['why_not']}")
-    assert str(graded.course.root.resolve()) in sandbox["protected_paths"]
-    assert os.stat(graded.course.root).st_mode & 0o077 == 0
+    root = str(graded.course.root.resolve())
+    assert root not in sandbox["protected_paths"]
+    if sandbox["file_system"].get("view") != "allow-list":
+        pytest.skip(f"no allow-list view here: {sandbox['file_system']}")
+    assert root in sandbox["kept_out_paths"] and sandbox["not_kept_out_paths"] == []
 
 
 def test_identical_files_are_graded_once(graded):

@@ -95,6 +95,19 @@ def test_missing_function_fails_its_tests_and_gates_nothing_else(toy_report):
     assert echo_outputs == {"your file has no function named 'echo'"}
 
 
+def test_a_hidden_tests_detail_goes_to_the_instructor_only(toy_report):
+    """record_property("detail", ...) in a hidden test lands in extra_data.instructor.details under the
+    test's number, which the schema allows; nothing a student is shown carries it."""
+    report = toy_report("good")
+    validate_report(report)
+    details = report["extra_data"]["instructor"]["details"]
+    tests = report["extra_data"]["instructor"]["tests"]
+    [number] = [n for n, nodeid in tests.items() if nodeid.endswith("test_add_into_rejects_shape_mismatch")]
+    assert details == {number: "shapes (3,) and (4,): raised ValueError"}
+    shown = [report["output"]] + [t["output"] for t in report["tests"]] + [t["name"] for t in report["tests"]]
+    assert not any("shapes (3,)" in text for text in shown)
+
+
 def test_hostile_results_are_refused_or_neutralised(toy_report, tmp_path):
     report = toy_report("hostile_results")
     validate_report(report)

@@ -24,7 +24,7 @@ def served(tmp_path_factory):
     course = tmp_path_factory.mktemp("service") / "course"
     course.mkdir()
     # A student of its own per test that counts a student's submissions: any order of the tests holds.
-    toks = svc.tokens(course, "--add", "alice", "bob", "carol", "dave", "erin", "frank", "gina")
+    toks = svc.tokens(course, "--add", "alice", "bob", "carol", "dave", "erin", "frank", "gina", "hana")
     toks.update(svc.tokens(course, "--instructor"))
     server = svc.start(course, "--jobs", "2", "--checks-per-hour", str(QUOTA))
     yield server, toks
@@ -81,7 +81,9 @@ def test_bad_uploads_get_a_status_and_a_sentence(served):
     cases = [
         (server.submit(token, b""), 400, "empty"),
         (server.request("POST", "/api/submissions?kind=final", token, GOOD), 400, "kind must be"),
-        (server.request("POST", "/api/submissions", token, GOOD), 400, "kind must be"),
+        (server.request("POST", "/api/submissions", token, GOOD), 400, "no kind was given"),
+        (server.request("POST", "/api/submissions", token, GOOD), 400, "?kind=check (graded, changes nothing) or "
+                                                                        "?kind=hand-in"),
         (server.submit(token, b"x" * (2**20 + 1)), 413, "larger than 1 MiB"),
         # read to its end before the answer, so the client gets the sentence, not a broken pipe
         (server.submit(token, b"x" * (5 * 2**20)), 413, "larger than 1 MiB"),
@@ -97,6 +99,26 @@ def test_bad_uploads_get_a_status_and_a_sentence(served):
         assert set(answer.body) == {"error"} and words in answer.body["error"], answer.body
         assert "Traceback" not in answer.body["error"]
     assert server.request("GET", "/api/submissions", token).body == []      # nothing of those was kept
+
+
+def test_a_huge_or_broken_request_gets_a_json_error(served):
+    import socket
+    server, toks = served
+    huge = server.request("GET", "/api/me", toks["gina"], headers={"X-Padding": "a" * 100_000})
+    assert huge.status == 431 and set(huge.body) == {"error"} and "larger than 64 KiB" in huge.body["error"], huge
+    many = server.request("GET", "/api/me", toks["gina"], headers={f"X-H{i}": "b" * 200 for i in range(400)})
+    assert many.status == 431 and "headers" in many.body["error"]
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+        raw = b""
+        while chunk := s.recv(65536):
+            raw += chunk
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head, raw
+    assert "could not be read as HTTP" in json.loads(body)["error"]
+    # a request of ordinary size still works after those
+    assert server.request("GET", "/api/me", toks["gina"]).body["student"] == "gina"
+    assert "Traceback" not in server.log_text()
 
 
 def test_a_missing_wrong_or_revoked_token_is_refused(served):
@@ -144,7 +166,7 @@ def test_one_student_never_sees_another_students_submissions(served):
     assert isinstance(server.request("GET", "/api/queue", toks["instructor"]).body, list)
     me = server.request("GET", "/api/me", toks["instructor"]).body
     assert me == {"student": None, "role": "instructor", "checks_left_this_hour": None, "deadline": None,
-                  "assignment": "toy_add"}
+                  "deadline_local": None, "past_deadline": False, "timezone": "UTC", "assignment": "toy_add"}
 
 
 @pytest.mark.slow
@@ -198,6 +220,19 @@ def test_a_hand_in_is_filed_where_grade_all_reads_it(served):
     assert server.wait(toks["frank"], b.body["id"])["score"] == 90.0
     kinds = [s["kind"] for s in server.request("GET", "/api/submissions", toks["frank"]).body]
     assert kinds == ["hand-in", "hand-in"]
+
+
+@pytest.mark.slow
+def test_a_hidden_tests_detail_is_on_the_instructors_page_only(served):
+    server, toks = served
+    sub = server.submit(toks["hana"], svc.unique(GOOD, "hana")).body["id"]
+    got = server.wait(toks["hana"], sub)
+    assert got["status"] == "done" and "shapes (3,)" not in got["feedback"]
+    page = server.page(f"/submissions/{sub}", server.login(toks["instructor"]))
+    assert page.status == 200 and "What the hidden tests recorded" in page.body
+    assert "test_add_into_rejects_shape_mismatch" in page.body and "shapes (3,) and (4,): raised ValueError" in page.body
+    own = server.page(f"/submissions/{sub}", server.login(toks["hana"]))
+    assert own.status == 200 and "Feedback for hana" in own.body and "shapes (3,)" not in own.body
 
 
 @pytest.mark.slow

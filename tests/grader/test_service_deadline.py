@@ -46,7 +46,11 @@ def test_deadline_late_hand_in_and_visibility(tmp_path):
         closed = server.submit(toks["lena"], NO_ECHO)
         assert closed.status == 403 and "deadline" in closed.body["error"] and "hand-in is still accepted" \
             in closed.body["error"]
-        late = server.submit(toks["lena"], svc.unique(NO_ECHO, "lena late"), kind="hand-in")
+        late_file = svc.unique(NO_ECHO, "lena late")
+        asked = server.submit(toks["lena"], late_file, kind="hand-in")
+        assert asked.status == 409 and "--late" in asked.body["error"], asked.body
+        late = server.request("POST", "/api/submissions?kind=hand-in&late=yes", toks["lena"], late_file,
+                              {"Content-Type": "text/x-python"})
         assert late.status == 202 and late.body["late"] is True
         assert (course / "submitted/lena/toy_add/toy.py").is_file()
         graded = server.wait(toks["lena"], late.body["id"])

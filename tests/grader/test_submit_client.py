@@ -223,8 +223,10 @@ def test_check_waits_through_the_queue_and_ends_with_the_score(served, file, cap
     _, sub_id = accepted_line(out)
     lines = out.splitlines()
     # Each state once, in order, however many polls saw it.
-    assert lines[:5] == [f"check #{sub_id} of toy.py accepted", "queued, position 2", "queued, position 1",
-                         "grading", "done"], out
+    kept = served.kept(token)[0]
+    assert lines[:6] == [f"check #{sub_id} of toy.py accepted",
+                         f"receipt: sha256 {kept['sha256']}, {kept['size']} bytes, received {kept['submitted_at']}",
+                         "queued, position 2", "queued, position 1", "grading", "done"], out
     assert f"# Feedback for {name}\n" in out and "Every graded test passed." in out
     assert lines[-1] == "score: 90 / 90"
     # The upload as sent: the file's bytes, as a check, under this student's token. Its
@@ -258,8 +260,12 @@ def test_a_hand_in_not_graded_now_still_ends_with_a_score_line(failing, file, ca
 
 @pytest.mark.slow
 def test_late_hand_in_says_it_was_marked_late(closed, file, capsys):
-    _, token = closed.student()
+    name, token = closed.student()
+    # Without --late the service asks first: nothing is kept, and the client says so in its words.
     rc, out, err = run(capsys, "submit", file, "--hand-in", "--server", closed.url, "--token", token)
+    assert rc == 1 and "this hand-in would be late: you have no hand-in yet" in err and "--late" in err, err
+    assert closed.kept(token) == [] and not closed.filed(name).exists()
+    rc, out, err = run(capsys, "submit", file, "--hand-in", "--late", "--server", closed.url, "--token", token)
     assert rc == 0, err
     _, sub_id = accepted_line(out)
     lines = out.splitlines()
@@ -269,7 +275,7 @@ def test_late_hand_in_says_it_was_marked_late(closed, file, capsys):
     # ... and `history` marks it late too.
     rc, out, _ = run(capsys, "history", "--server", closed.url, "--token", token)
     assert rc == 0
-    assert out.splitlines() == [f"#{sub_id}  hand-in  {closed.kept(token)[0]['submitted_at']}  90 / 90  late"]
+    assert out.splitlines() == [f"#{sub_id}  hand-in  {closed.kept(token)[0]['submitted_at']}  90 / 90  late  counts"]
 
 
 @pytest.mark.slow
@@ -279,10 +285,44 @@ def test_on_time_hand_in_says_nothing_of_lateness(served, file, capsys):
     assert rc == 0, err
     _, sub_id = accepted_line(out)
     assert out.splitlines()[0] == f"hand-in #{sub_id} of toy.py accepted"
+    kept = served.kept(token)[0]
+    assert out.splitlines()[1] == (f"receipt: sha256 {kept['sha256']}, {len(GOOD)} bytes, received "
+                                   f"{kept['submitted_at']}")
     assert "marked late" not in out and "after the deadline" not in out
     assert out.splitlines()[-1] == "score: 90 / 90"
     assert [s["kind"] for s in served.kept(token)] == ["hand-in"]
     assert served.filed(name).read_bytes() == GOOD
+
+
+def test_regrade_is_asked_and_its_answer_listed(served, capsys):
+    _, token = served.student()
+    rc, out, err = run(capsys, "regrade", "please", "--server", served.url, "--token", token)
+    assert rc == 1 and "no hand-in to regrade" in one_sentence(err)
+    hand_in = served.server.submit(token, GOOD, kind="hand-in").body["id"]
+    rc, out, err = run(capsys, "regrade", "the", "echo", "test", "is", "wrong", "--server", served.url, "--token", token)
+    assert rc == 0, err
+    req = served.server.request("GET", "/api/regrade-requests", token).body[0]
+    assert out == f"regrade request #{req['id']} about hand-in #{hand_in} sent; its answer will show in `regrade`\n"
+    assert req["reason"] == "the echo test is wrong"
+    answered = served.server.request("POST", f"/api/regrade-requests/{req['id']}/answer", served.instructor,
+                                     json.dumps({"answer": "It is right: see test 2.1."}).encode(),
+                                     {"Content-Type": "application/json"})
+    assert answered.status == 200, answered.body
+    rc, out, err = run(capsys, "regrade", "--server", served.url, "--token", token)
+    assert rc == 0 and out.splitlines() == [
+        f"#{req['id']}  hand-in #{hand_in}  {req['asked_at_local']}  answered: the echo test is wrong",
+        "    answer: It is right: see test 2.1."], out
+
+
+def test_download_gives_back_exactly_what_was_filed(served, capsys, tmp_path):
+    _, token = served.student()
+    data = svc.unique(NO_ECHO, "download me")
+    sub_id = served.server.submit(token, data).body["id"]
+    rc, out, err = run(capsys, "download", sub_id, "-o", tmp_path / "back.py", "--server", served.url, "--token", token)
+    assert rc == 0, err
+    assert (tmp_path / "back.py").read_bytes() == data and f"{len(data)} bytes" in err and out == ""
+    rc, out, err = run(capsys, "download", sub_id, "--server", served.url, "--token", served.student()[1])
+    assert rc == 1 and "no such submission" in err and out == ""
 
 
 @pytest.mark.slow
@@ -451,7 +491,7 @@ def test_a_check_after_the_deadline_is_refused_in_the_services_words(closed, fil
     rc, err = refused(capsys, closed, file, "--token", token)
     assert rc == 1
     assert "refused: the deadline (2020-01-01 00:00:00 UTC) has passed: checks are closed" in err
-    assert "A hand-in is still accepted, and marked late\n" in err
+    assert "A hand-in is still accepted, marked late, once you confirm it (--late)\n" in err
     assert closed.kept(token) == []
 
 
@@ -557,7 +597,8 @@ def test_status_after_the_deadline(closed, capsys):
     rc, out, err = run(capsys, "status", "--server", closed.url, "--token", token)
     assert rc == 0, err
     assert out.splitlines() == [f"signed in as: {name} (student)", "assignment: toy_add",
-                                "checks left this hour: 2", f"deadline: {PASSED} (passed)"]
+                                "checks: closed (the deadline has passed; a hand-in needs --late)",
+                                f"deadline: {PASSED} (passed)"]
 
 
 def in_words(deadline: str) -> str:
@@ -589,7 +630,7 @@ def test_history_lists_newest_first_as_the_server_gave(served, capsys):
     rc, out, err = run(capsys, "history", "--server", served.url, "--token", token)
     assert rc == 0, err
     when = {s["id"]: s["submitted_at"] for s in served.kept(token)}
-    assert out.splitlines() == [f"#{hand_in}  hand-in  {when[hand_in]}  not graded yet",
+    assert out.splitlines() == [f"#{hand_in}  hand-in  {when[hand_in]}  not graded yet  counts",
                                 f"#{check}  check    {when[check]}  60 / 90"]
 
 
@@ -685,6 +726,28 @@ def test_a_new_student_runs_make_in_the_release_bundle(served, tmp_path, target,
     assert served.stored(sub_id) == GOOD
     if kind == "hand-in":
         assert served.filed(name).read_bytes() == GOOD
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("make") or not shutil.which("python3"), reason="needs make and python3")
+def test_make_submit_after_the_deadline_asks_for_late(closed, tmp_path):
+    """After the deadline `make submit` is answered with the sentence that asks for the student's
+    confirmation, and `make submit LATE=1` hands in, marked late."""
+    name, token = closed.student()
+    bundle = load_make_release().build(REPO / "assignment" / "l1_paged_kv_write", tmp_path / "release")
+    (bundle / ".grader").write_text(f"server = {closed.url}\ntoken = {token}\n")
+    (bundle / "l1_paged_kv_write.py").write_bytes(GOOD)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRADER_", "PYTHON", "MAKE"))}
+    env["HOME"] = str(tmp_path)
+    asked = subprocess.run(["make", "-s", "submit"], cwd=bundle, env=env, capture_output=True, text=True, timeout=240)
+    assert asked.returncode != 0 and "would be late" in asked.stderr and "make submit LATE=1" in asked.stderr, asked
+    assert closed.kept(token) == []
+    late = subprocess.run(["make", "-s", "submit", "LATE=1"], cwd=bundle, env=env, capture_output=True, text=True,
+                          timeout=240)
+    assert late.returncode == 0, late.stdout + late.stderr
+    assert "accepted (after the deadline: marked late)" in late.stdout.splitlines()[0]
+    assert late.stdout.splitlines()[1].startswith("receipt: sha256 ")
+    assert closed.filed(name).read_bytes() == GOOD
 
 
 # ---------------------------------------------------------------- what only a stand-in says

@@ -49,6 +49,7 @@ class GradedClass:
     first: BatchResult
     expected: dict[str, float]        # student -> score, for every student with a file
     distinct_files: int
+    course_mode: int = 0o755          # the course folder's mode before the grading, as an instructor left it
 
 
 def validate_report(report: dict) -> None:
@@ -106,6 +107,7 @@ def make_course(root: Path) -> Course:
 @lru_cache(maxsize=None)
 def _graded(root: str) -> GradedClass:
     course = make_course(Path(root))
+    course.root.chmod(0o755)              # as a course folder usually is: the grading must leave it so
     result = grade_all(course, "cpu", jobs=2, progress=False)
     publish(course, result.rows, course.grades_csv, gradebook_url(course.root))
     distinct = len({data for data in students().values() if data is not None}) + len(REFUSED)

@@ -29,10 +29,12 @@ def test_add_into_strided_view(submission, device):
 
 
 @pytest.mark.area("add")
-def test_add_into_rejects_shape_mismatch(submission, device):
+def test_add_into_rejects_shape_mismatch(submission, device, record_property):
     """Mismatched shapes are rejected with ValueError"""
     with pytest.raises(SubmissionError) as exc:
         submission.add_into(torch.zeros(3, device=device), torch.zeros(4, device=device))
+    # for the instructor's eyes only (extra_data.instructor.details), as the real suites record theirs
+    record_property("detail", f"shapes (3,) and (4,): raised {exc.value.type_name}")
     assert exc.value.type_name == "ValueError", "mismatched shapes must raise ValueError"
 
 
