@@ -41,6 +41,7 @@ def grade_all(course, *args):
                           cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow          # it grades for real (grade-all --only, twice)
 @pytest.mark.xdist_group("postgres")
 def test_a_regrade_is_asked_regraded_and_answered(course_db):
     course, db = course_db
