@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -108,7 +110,9 @@ def cold_beside_load(n: int, work: Path) -> list[dict]:
     return out
 
 
-def noisy_class(copies: int, jobs: int, work: Path, k: int, noisy: str | None = "gpu_thread_twin") -> list[dict]:
+def noisy_class(copies: int, jobs: int, work: Path, k: int, noisy: str | None = "gpu_thread_twin",
+                deadline_s: float | None = None, keep: Path | None = None) -> list[dict]:
+    """The class graded within deadline_s; the noisy entry's report kept at `keep`."""
     assignment = Assignment.find(None)
     mutants = Path(tempfile.mkdtemp(prefix="grader-mutants-"))
     course = work / f"class-{k}"
@@ -121,23 +125,39 @@ def noisy_class(copies: int, jobs: int, work: Path, k: int, noisy: str | None = 
         folder = course / "submitted" / student / assignment.id
         folder.mkdir(parents=True)
         (folder / assignment.submission).write_text(text)
-    t = time.monotonic()
-    subprocess.run([sys.executable, "-m", "grader", "grade-all", "--course", str(course), "--assignment",
-                    str(assignment.folder), "--device", "cuda", "--jobs", str(jobs)], cwd=ROOT,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    t, began = time.monotonic(), time.time()
+    proc = subprocess.Popen([sys.executable, "-m", "grader", "grade-all", "--course", str(course), "--assignment",
+                             str(assignment.folder), "--device", "cuda", "--jobs", str(jobs)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        proc.wait(timeout=deadline_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        print(f"  class {k}: ended at its {deadline_s:g} s deadline", flush=True)
     wall = time.monotonic() - t
     shutil.rmtree(mutants, ignore_errors=True)
-    out = []
+    out, copies_done = [], []
     for student in students:
-        report = report_reader.read_or_none(Course(course, assignment).report_path(student)) or {}
+        path = Course(course, assignment).report_path(student)
+        report = report_reader.read_or_none(path) or {}
         ok, line = verdict(report)
-        out.append({"class": k, "student": student, "ok": ok or student == "noisy", "result": line})
+        if report and student != "noisy":
+            copies_done.append(path.stat().st_mtime - began)
+        if student == "noisy" and report and keep is not None:
+            keep.write_text(json.dumps(report))
+        out.append({"class": k, "student": student, "ok": (ok or student == "noisy") and bool(report), "result": line})
         print(f"  class {k} {student}: {'ok ' if ok else ('-- ' if student == 'noisy' else 'BAD')} {line}",
               flush=True)
     print(f"  class {k}: {len(students)} gradings in {wall:.0f} s ({60 * len(students) / wall:.1f} a minute)")
+    if copies_done:
+        last = max(copies_done)
+        print(f"  class {k}: its {len(copies_done)} reference copies done {last:.0f} s after the start "
+              f"({60 * len(copies_done) / last:.1f} a minute)", flush=True)
     went = time_went([report_reader.read_or_none(Course(course, assignment).report_path(s)) or {} for s in students])
     print("  where a grading's time went (mean s): " + json.dumps(went), flush=True)
-    out.append({"class": k, "wall_s": round(wall, 1), "gradings": len(students), "ok": True, "time_went": went})
+    out.append({"class": k, "wall_s": round(wall, 1), "gradings": len(students), "ok": True, "time_went": went,
+                "copies_done_s": round(max(copies_done), 1) if copies_done else None})
     return out
 
 
@@ -188,6 +208,7 @@ def main() -> int:
     ap.add_argument("--noisy", default="gpu_thread_twin", help="the noisy corpus entry of each class")
     ap.add_argument("--rate-copies", type=int, default=0,
                     help="then a class of this many reference copies alone, for the class rate")
+    ap.add_argument("--deadline", type=float, help="seconds each class may take; what finished by then counts")
     ap.add_argument("--out", default="build/busy_gpu.json")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="busy-gpu-"))
@@ -200,10 +221,12 @@ def main() -> int:
     found["classes"] = []
     for k in range(args.classes):
         print(f"class {k}: {args.noisy} and {args.class_copies} reference copies, --jobs {args.jobs}:", flush=True)
-        found["classes"] += noisy_class(args.class_copies, args.jobs, work, k, args.noisy)
+        found["classes"] += noisy_class(args.class_copies, args.jobs, work, k, args.noisy, args.deadline,
+                                        Path(args.out).with_name(f"noisy-{k}.json"))
     if args.rate_copies:
         print(f"rate: {args.rate_copies} reference copies, --jobs {args.jobs}, nothing else on the GPU:", flush=True)
-        found["classes"] += noisy_class(args.rate_copies, args.jobs, work, args.classes, noisy=None)
+        found["classes"] += noisy_class(args.rate_copies, args.jobs, work, args.classes, noisy=None,
+                                        deadline_s=args.deadline)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(found, indent=1))
     bad = [r for r in found["cold"] + found["classes"] if not r["ok"]]
