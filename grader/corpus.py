@@ -6,7 +6,8 @@ The corpus is a folder (`corpus` in assignment.toml) holding:
   cheat names its honest twin in `no_more_than` and may not outscore it; `device` where it is
   wrong on one device only;
 - adversarial.toml: `[name]`, `trick`, `deserves` in points, optionally
-  `deserves_without_privilege_drop`, `earns_at_least` and `fast`, file adversarial/<name>.py;
+  `deserves_without_privilege_drop`, `earns_at_least`, `fast` and `device` (a trick that exists
+  on one device only), file adversarial/<name>.py;
 - right.toml: `[name]`, `style`, optionally `device` and `fast`, file right/<name>.py: correct
   solutions written otherwise than the reference, which must earn every point of every area but
   those scored on a curve (a slower one may lose speed points).
@@ -40,7 +41,7 @@ class Entry:
     deserves_without_drop: float | None = None
     earns_at_least: float | str | None = None   # adversarial: the least it must score ("all": full marks)
     fast: bool = False
-    device: str | None = None         # wrong, right: graded only on this device (None: any)
+    device: str | None = None         # graded only on this device (None: any)
     may_lose: tuple[str, ...] = ()    # right: areas scored on a curve, where speed may cost points
     no_more_than: str | None = None   # wrong: another wrong entry (its honest twin) it may not outscore
     fails_on: tuple[tuple[str, tuple[str, ...]], ...] = ()   # wrong: (device, areas it fails there too)
@@ -121,9 +122,8 @@ def load_corpus(assignment: Assignment, corpus: Path | None = None, mutants: Pat
                 raise CorpusError(f"{where}: no file {file}")
             fast = bool(spec.get("fast", False))
             device = spec.get("device")
-            if device not in (None, "cpu", "cuda") or (device is not None and kind == "adversarial"):
-                raise CorpusError(f"{where}: `device` must be \"cpu\" or \"cuda\" (wrong and right entries only), "
-                                  f"not {device!r}")
+            if device not in (None, "cpu", "cuda"):
+                raise CorpusError(f"{where}: `device` must be \"cpu\" or \"cuda\", not {device!r}")
             if kind == "wrong":
                 fails = spec.get("fails")
                 if not isinstance(fails, list) or not fails:
@@ -157,7 +157,7 @@ def load_corpus(assignment: Assignment, corpus: Path | None = None, mutants: Pat
                 least = spec.get("earns_at_least")
                 least = least if least in (None, "all") else _points(least, where)
                 entries.append(Entry(kind, name, file, str(spec.get("trick", "")), deserves=deserves,
-                                     deserves_without_drop=without, earns_at_least=least, fast=fast))
+                                     deserves_without_drop=without, earns_at_least=least, fast=fast, device=device))
     return entries
 
 

@@ -266,9 +266,18 @@ def test_a_wrong_entry_may_be_wrong_on_one_device_only(tmp_path):
     assert corp.skip_reason(a, v.columns(ASSIGNMENT, "cuda"), "cuda") == "runs on cpu only"
 
 
+def test_an_adversarial_entry_whose_trick_needs_a_gpu_is_graded_there_only(tmp_path):
+    """A trick that exists on one device (a thread or a child busy on the GPU; without one it is the
+    reference) costs a grading and proves nothing elsewhere."""
+    corpus = write_corpus(tmp_path, "", '[c]\ndeserves = "any"\ndevice = "cuda"\n')
+    (c,) = [e for e in corp.load_corpus(ASSIGNMENT, corpus) if e.kind == "adversarial"]
+    assert corp.skip_reason(c, v.columns(ASSIGNMENT, "cuda"), "cuda") is None
+    assert corp.skip_reason(c, CPU, "cpu") == "runs on cuda only"
+
+
 @pytest.mark.parametrize("wrong,adversarial,why", [
     ('[a]\nfails = ["write"]\ndevice = "gpu"\n', "", "device"),
-    ("", "[c]\ndeserves = 0\ndevice = \"cpu\"\n", "device"),
+    ("", "[c]\ndeserves = 0\ndevice = \"gpu\"\n", "device"),
     ('[a]\nfails = ["write"]\nfails_on = { tpu = ["write"] }\n', "", "fails_on"),
     ('[a]\nfails = ["write"]\nfails_on = { cpu = ["speed"] }\n', "", "fails_on"),
     ('[a]\nbug = "x"\n', "", "fails"),
