@@ -6,11 +6,13 @@ opens their reports and shows on their page, while the others keep the course's.
 import csv
 import datetime
 import io
+import os
 import shutil
 import subprocess
 import sys
 
 import pytest
+from matplotlib.image import imread
 
 import service_server as svc
 from browser import CHROMIUM, Browser
@@ -142,6 +144,12 @@ def test_the_pages_show_a_students_own_deadline_and_the_roster(tmp_path):
         browser.submit("form[action='/login']")
         rows = browser.js("[...document.querySelectorAll('tr.roster-row')].map(r => r.innerText)")
         assert len(rows) == 2 and "uli" in rows[0] and "(extension)" in rows[0] and "nothing yet" in rows[1], rows
+        shot = tmp_path / "roster.png"
+        browser.screenshot(shot)
+        pixels = imread(shot)[..., :3]
+        assert pixels.std() > 0.05 and (pixels < 0.9).any(axis=-1).mean() > 0.02, "the screenshot is blank"
+        if os.environ.get("GRADER_ROSTER_SCREENSHOT"):      # docs/img/roster.png is made this way
+            shutil.copy(shot, os.environ["GRADER_ROSTER_SCREENSHOT"])
         text = browser.js("fetch('/roster.csv').then(r => r.text())")
         assert text.splitlines()[0].startswith("student,token,gradebook,deadline,extension,state")
     finally:
