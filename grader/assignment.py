@@ -70,6 +70,11 @@ class Area:
             x0, y0 = x1, y1
         return y0
 
+    def full_credit_from(self) -> float | None:
+        """The least measure the curve gives full credit at; None without a curve (or one that
+        never reaches it)."""
+        return next((x for x, y in self.curve if y >= 1.0), None)
+
     def applies_on(self, device: str) -> bool:
         return self.device is None or self.device == device
 

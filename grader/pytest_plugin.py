@@ -298,6 +298,11 @@ def measure(request, quiet_gpu):
         if len(quiet_gpu.windows) == windows and not quiet_gpu.unchecked:
             raise RuntimeError("the suite recorded a measure not timed through quiet_gpu.measure")
         request.node.stash[_MEASURE] = float(value)
+    # Where the test's area's curve gives full credit: a suite may check a measure short of it
+    # more closely before recording it (the L1 suite times the reference again).
+    marker = request.node.get_closest_marker("area")
+    area = _grading(request.config).assignment.areas.get(marker.args[0]) if marker else None
+    record.full_credit_from = area.full_credit_from() if area is not None else None
     return record
 
 

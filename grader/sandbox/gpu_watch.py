@@ -11,7 +11,8 @@ lost, and the neighbours go on.
 
 An honest worker is idle on the GPU once frozen: only a sample taken after FROZEN_GRACE_S can
 convict, a sample's period being at most a second (0.2 s on the H200), and it takes BUSY_SAMPLES
-of them, so a late or odd sample alone convicts nobody.
+of them, so a late or odd sample alone convicts nobody. NVML answers one sample per process, its
+latest, so the samples are gathered over the watch's readings.
 """
 from __future__ import annotations
 
@@ -53,21 +54,25 @@ def left_running(samples: list[nvml.Sample], pids: set[int], frozen_at_us: int) 
 class FrozenGpuWatch:
     """One thread per grading process, reading NVML while any of its workers is frozen."""
 
-    def __init__(self, gpu):
+    def __init__(self, gpu, start: bool = True):
         self.gpu = gpu
         self.workers: set[Frozen] = set()
+        self.seen: dict[Frozen, dict[tuple[int, int], nvml.Sample]] = {}   # since the worker's freeze
         self.lock = threading.Lock()
         self.wake = threading.Event()
-        threading.Thread(target=self._run, daemon=True, name="frozen-gpu-watch").start()
+        if start:
+            threading.Thread(target=self._run, daemon=True, name="frozen-gpu-watch").start()
 
     def watch(self, worker: Frozen) -> None:
         with self.lock:
             self.workers.add(worker)
+            self.seen[worker] = {}
         self.wake.set()
 
     def forget(self, worker: Frozen) -> None:
         with self.lock:
             self.workers.discard(worker)
+            self.seen.pop(worker, None)
 
     def _run(self) -> None:
         while True:
@@ -85,11 +90,22 @@ class FrozenGpuWatch:
                 samples = nvml.busy_since(self.gpu, since)
             except Exception:           # noqa: BLE001 - a failing NVML read convicts nobody
                 continue
-            for worker in workers:
-                why = left_running(samples, set(worker.frozen), worker.frozen_at_us)
-                if why:
-                    worker.end_for(why)
+            self.take(workers, samples)
 
+    def take(self, workers: list[Frozen], samples: list[nvml.Sample]) -> None:
+        """One reading's samples: each frozen worker's gathered with those of the readings before,
+        and the worker ended once they convict it."""
+        for worker in workers:
+            pids, frozen_at = set(worker.frozen), worker.frozen_at_us
+            with self.lock:
+                seen = self.seen.get(worker)
+                if seen is None:            # thawed since the reading began
+                    continue
+                seen.update(((s.pid, s.stamp_us), s) for s in samples if s.pid in pids and s.stamp_us > frozen_at)
+                gathered = list(seen.values())
+            why = left_running(gathered, pids, frozen_at)
+            if why:
+                worker.end_for(why)
 
 _watch: FrozenGpuWatch | None = None
 _made = threading.Lock()

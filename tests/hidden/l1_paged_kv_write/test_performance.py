@@ -10,6 +10,7 @@ import time
 import pytest
 
 from grader.gpu_quiet import Busy
+from grader.sandbox import SandboxFailure
 from timing import CASES, REPEATS, SPENT, Batch, case_seed, copy_ceiling, round_trip, spent_since, timed
 
 pytestmark = pytest.mark.area("performance")
@@ -54,6 +55,29 @@ def test_bandwidth_relative_to_reference(submission, reference, reference_timing
     record_property("figures", figures)
     assert t_mine > 0.97 * floor, ("the measured time is below what the memory system allows for "
                                    "these bytes: the results were not produced in the timed window")
+    full = getattr(measure, "full_credit_from", None)
+    if full is not None and t_ref / t_mine < full and figures["ref_age_s"] > 0:
+        # The reference's time was kept from another moment of this GPU (gpu_memo), and clocks and
+        # neighbours move in ten minutes where code does not: a measure short of full credit is
+        # judged against the reference timed now, in this grading, as before there was a memo.
+        figures["t_ref_kept_s"] = t_ref
+        t_ref = figures["t_ref_s"] = _reference_now(submission, reference, case, run_seed, quiet_gpu)
     # Only now is the time known to be positive; the last record of a name is the one kept.
     record_property("figures", {**figures, "gbps_mine": mine.bytes_moved / t_mine / 1e9})
     measure(t_ref / t_mine)
+
+
+def _reference_now(submission, reference, case, run_seed, quiet_gpu) -> float:
+    """The reference's time on `case`, timed in this test's quiet window as conftest times it, the
+    submission's worker stopped first (its next call starts another): work it left queued, or a
+    process it started, would slow the reference and so lift its own ratio."""
+    try:
+        submission.wait_idle()
+    except SandboxFailure:
+        pass
+    batch = Batch(reference, case, case_seed(run_seed, case))
+    try:
+        timed(reference, batch)                          # compile and warm up
+        return quiet_gpu.measure(lambda: min(timed(reference, batch, REPEATS)) - round_trip(reference, batch))
+    finally:
+        reference.exchange.release()
