@@ -45,3 +45,18 @@ def cold_reference(tmp_path_factory):
     """cold_reference(seed) -> the L1 reference's report, graded cold with that seed, once per seed."""
     out = tmp_path_factory.mktemp("cold-reference")
     return lambda seed: shared_gradings.cold_reference(seed, out)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def course_db(request, tmp_path):
+    """A course folder and the service's database for it: SQLite in the folder (None), or a
+    PostgreSQL database of its own, dropped after (skipped, or failed under CI, without a server)."""
+    import service_server as svc
+    course = tmp_path / "course"
+    course.mkdir()
+    db = svc.postgres_database() if request.param == "postgresql" else None
+    try:
+        yield course, db
+    finally:
+        if db:
+            svc.drop_database(db)

@@ -20,18 +20,6 @@ GOOD = (svc.TOY / "submissions/good.py").read_bytes()
 NO_ECHO = (svc.TOY / "submissions/no_echo.py").read_bytes()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def course_db(request, tmp_path):
-    course = tmp_path / "course"
-    course.mkdir()
-    db = svc.postgres_database() if request.param == "postgresql" else None
-    try:
-        yield course, db
-    finally:
-        if db:
-            svc.drop_database(db)
-
-
 def hand_ins(course, *args, db=None):
     cmd = [sys.executable, "-m", "grader", "hand-ins", "--course", str(course), "--assignment", str(svc.TOY), *args]
     return subprocess.run(cmd + (["--db", db] if db else []), cwd=REPO, capture_output=True, text=True, timeout=60)

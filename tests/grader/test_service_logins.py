@@ -73,18 +73,6 @@ def test_21_wrong_log_ins_in_a_minute_from_one_address_get_429(tmp_path):
         server.stop()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def course_db(request, tmp_path):
-    course = tmp_path / "course"
-    course.mkdir()
-    db = svc.postgres_database() if request.param == "postgresql" else None
-    try:
-        yield course, db
-    finally:
-        if db:
-            svc.drop_database(db)
-
-
 def sessions(course, db):
     engine = sa.create_engine(db or tables.default_url(course))
     try:

@@ -18,18 +18,6 @@ GOOD = (svc.TOY / "submissions/good.py").read_bytes()
 NO_ECHO = (svc.TOY / "submissions/no_echo.py").read_bytes()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def course_db(request, tmp_path):
-    course = tmp_path / "course"
-    course.mkdir()
-    db = svc.postgres_database() if request.param == "postgresql" else None
-    try:
-        yield course, db
-    finally:
-        if db:
-            svc.drop_database(db)
-
-
 def ask(server, token, reason):
     body = json.dumps({"reason": reason}).encode() if reason is not None else b"not json"
     return server.request("POST", "/api/regrade-requests", token, body, {"Content-Type": "application/json"})

@@ -22,18 +22,6 @@ NO_ECHO = (svc.TOY / "submissions/no_echo.py").read_bytes()
 GOOD = (svc.TOY / "submissions/good.py").read_bytes()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def course_db(request, tmp_path):
-    course = tmp_path / "course"
-    course.mkdir()
-    db = svc.postgres_database() if request.param == "postgresql" else None
-    try:
-        yield course, db
-    finally:
-        if db:
-            svc.drop_database(db)
-
-
 def grader(*args, db=None):
     return subprocess.run([sys.executable, "-m", "grader", *args] + (["--db", db] if db else []), cwd=REPO,
                           capture_output=True, text=True, timeout=120)
