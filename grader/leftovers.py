@@ -6,8 +6,8 @@ A run's warm hosts (grader/warm.py) each keep a folder in the temporary director
 (`grader-host-work-S`, in the temporary directory and in /dev/shm), S being one suffix for
 all three. The host folder holds OWNER_FILE: the identity (pid and start time) of the run
 that made it and of the host process. Gradings carry their starter's identity in PARENT_ENV.
-A grading's own work roots (`grader-work-*`, grading_roots) hold the marker of the grading
-process that made them.
+A grading's own work roots (`grader-work-PID_START_*`, grading_roots) carry the identity of the
+grading process that made them in their name, and hold its marker.
 
 A pid alone does not say a process is gone: it may have been reused. An identity is the
 pid and the kernel's start time of the process (/proc/PID/stat, field 22), and a process
@@ -103,9 +103,9 @@ def grading_roots() -> dict[str, Path]:
     them once its session ends; each holds its identity, so that the next run removes them if
     it was killed outright."""
     from .sandbox.proxy import shared_tensor_root
-    roots = {"scratch_root": _work_folder(Path(tempfile.mkdtemp(prefix=GRADING_PREFIX)))}
+    roots = {"scratch_root": _work_folder(Path(tempfile.mkdtemp(prefix=_grading_prefix())))}
     shm = shared_tensor_root()
-    roots["exchange_root"] = _work_folder(Path(tempfile.mkdtemp(prefix=GRADING_PREFIX, dir=shm))) if shm \
+    roots["exchange_root"] = _work_folder(Path(tempfile.mkdtemp(prefix=_grading_prefix(), dir=shm))) if shm \
         else roots["scratch_root"]
     for folder in set(roots.values()):
         write_owner(folder, host=None)
@@ -116,9 +116,22 @@ def own_folder() -> Path:
     """A folder of the grading process's own (mode 0700: no worker reads it), such as its state
     records or its copy of the submission, marked like the work roots so that the next run
     removes it if this one was killed outright."""
-    folder = Path(tempfile.mkdtemp(prefix=GRADING_PREFIX))
+    folder = Path(tempfile.mkdtemp(prefix=_grading_prefix()))
     write_owner(folder, host=None)
     return folder
+
+
+def _grading_prefix() -> str:
+    """GRADING_PREFIX and this process's identity: a grading's folder names its maker from the
+    moment it exists. Its marker comes a moment later, and a kill -9 between the two once left a
+    folder that no run would claim."""
+    return GRADING_PREFIX + identity().replace(":", "_") + "_"
+
+
+def _identity_in_name(name: str) -> str | None:
+    """The identity a grading folder's name carries (see _grading_prefix), or None."""
+    pid, start, *_ = name[len(GRADING_PREFIX):].split("_", 2) + ["", ""]
+    return f"{pid}:{start}" if pid.isdigit() and start.isdigit() else None
 
 
 @contextlib.contextmanager
@@ -314,7 +327,8 @@ def sweep_grading_folders(shm: str | None = None) -> list[str]:
             continue
         for folder in folders:
             marker = _owner(folder)
-            if marker is None or is_alive(marker.get("owner")):
+            owner = marker.get("owner") if marker is not None else _identity_in_name(folder.name)
+            if owner is None or is_alive(owner):
                 continue
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(str(folder))

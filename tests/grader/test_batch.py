@@ -494,8 +494,11 @@ def test_the_sweep_removes_the_work_roots_of_a_grading_killed_outright(tmp_path,
         (folder / "grader-sandbox-x").mkdir()
     unmarked = tmp / f"{leftovers.GRADING_PREFIX}someone-elses"
     unmarked.mkdir()
+    # killed between making its folder and writing the marker: the folder's name says whose it was
+    half_made = tmp / f"{leftovers.GRADING_PREFIX}{gone_identity.replace(':', '_')}_x1y2"
+    half_made.mkdir()
     removed = leftovers.sweep_grading_folders(str(shm))
-    assert sorted(removed) == sorted(str(f) for f in dead.values())
+    assert sorted(removed) == sorted([str(half_made)] + [str(f) for f in dead.values()])
     assert all(f.is_dir() for f in live.values()) and unmarked.is_dir()
     assert live["scratch_root"].parent == tmp and live["exchange_root"].parent == shm and live["state"].parent == tmp
 
