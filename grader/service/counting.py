@@ -13,11 +13,10 @@ import datetime
 import sys
 from pathlib import Path
 
-import sqlalchemy as sa
 
 from ..course import Course
 from . import hand_in
-from .store import Store, default_url, iso
+from .store import default_url, iso, open_for_command, Store, StoreUnavailable
 
 
 def activate(course: Course, store: Store, student: str, sub_id: int) -> dict:
@@ -42,9 +41,9 @@ def main(args) -> int:
     except AssignmentError as exc:
         return _fail(str(exc))
     try:
-        store = Store(args.db or default_url(root))
-    except sa.exc.SQLAlchemyError as exc:
-        return _fail(f"cannot open the service's database: {exc.__class__.__name__}: {str(exc).splitlines()[0]}")
+        store = open_for_command(args.db or default_url(root))
+    except StoreUnavailable as exc:
+        return _fail(str(exc))
     try:
         if args.activate:
             student, sub_id = args.activate

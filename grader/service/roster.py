@@ -17,7 +17,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from ..course import gradebook_url
-from .store import Store, default_url, iso
+from .store import default_url, iso, open_for_command, Store, StoreUnavailable
 
 COLUMNS = ("student", "token", "gradebook", "deadline", "extension", "state", "latest_check", "latest_check_at",
            "latest_check_score", "counted_hand_in", "counted_at", "counted_late", "counted_sha256",
@@ -134,9 +134,9 @@ def extend_main(args) -> int:
         except ValueError as exc:
             return _fail(str(exc).replace("--deadline", "--until"))
     try:
-        store = Store(args.db or default_url(root))
-    except sa.exc.SQLAlchemyError as exc:
-        return _fail(f"cannot open the service's database: {exc.__class__.__name__}: {str(exc).splitlines()[0]}")
+        store = open_for_command(args.db or default_url(root))
+    except StoreUnavailable as exc:
+        return _fail(str(exc))
     try:
         known = store.students()
         if args.student not in known and args.student not in gradebook_students(root):

@@ -157,6 +157,20 @@ class Claim:
     grading: int
 
 
+class StoreUnavailable(Exception):
+    """The service's database cannot be opened; the message is the sentence a command prints."""
+
+
+def open_for_command(url: str) -> "Store":
+    """The store for a command line (tokens, hand-ins, extend): StoreUnavailable, in a sentence,
+    where the database cannot be opened."""
+    try:
+        return Store(url)
+    except sa.exc.SQLAlchemyError as exc:
+        raise StoreUnavailable(f"cannot open the service's database: {exc.__class__.__name__}: "
+                               f"{str(exc).splitlines()[0]}") from None
+
+
 class Store:
     def __init__(self, url: str):
         self.url = url

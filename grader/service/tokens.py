@@ -24,7 +24,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from ..course import gradebook_url
-from .store import Store, default_url, now, sessions, tokens
+from .store import default_url, now, open_for_command, sessions, Store, StoreUnavailable, tokens
 
 # A student id names a folder of the course (submitted/<student>/): nbgrader's ids, no path in them.
 STUDENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}")
@@ -151,9 +151,9 @@ def main(args) -> int:
     if not root.is_dir():
         return _fail(f"no course folder at {root}")
     try:
-        store = Store(args.db or default_url(root))
-    except sa.exc.SQLAlchemyError as exc:
-        return _fail(f"cannot open the service's database: {exc.__class__.__name__}: {str(exc).splitlines()[0]}")
+        store = open_for_command(args.db or default_url(root))
+    except StoreUnavailable as exc:
+        return _fail(str(exc))
     try:
         if args.revoke:
             # All or nothing: a typo among the names must not leave the others half done.
