@@ -99,6 +99,16 @@ class Browser:
         data = self.call("Page.captureScreenshot", session=True, format="png")["data"]
         path.write_bytes(base64.b64decode(data))
 
+    def screenshot_of_docs(self, path: Path, keep_env: str) -> None:
+        """A screenshot that must not be blank, also copied where the environment variable
+        `keep_env` says (how docs/img/*.png are made)."""
+        from matplotlib.image import imread     # this module stays standard-library only without it
+        self.screenshot(path)
+        pixels = imread(path)[..., :3]
+        assert pixels.std() > 0.05 and (pixels < 0.9).any(axis=-1).mean() > 0.02, "the screenshot is blank"
+        if os.environ.get(keep_env):
+            shutil.copy(path, os.environ[keep_env])
+
     def close(self) -> None:
         try:
             self.call("Browser.close", timeout=5)
