@@ -44,9 +44,18 @@ from grader.validate import area_seconds  # noqa: E402
 REFERENCE = ROOT / "reference" / "l1_paged_kv_write.py"
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """(busy, all) jiffies of every core since boot, from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]                    # idle and iowait
+    return sum(fields) - idle, sum(fields)
+
+
 class MemorySampler:
     """A GPU's used memory every `every_s`, from NVML, while the block runs: its peak above
-    what was used when it started. `index`: NVML's index of the GPU (the first by default)."""
+    what was used when it started; with the GPU's mean utilisation over the samples and the
+    cores' mean busy fraction (is a class bound by the GPU or by the CPU?). `index`: NVML's
+    index of the GPU (the first by default)."""
 
     def __init__(self, every_s: float = 0.05, index: int = 0):
         import pynvml
@@ -54,6 +63,9 @@ class MemorySampler:
         self.nvml, self.every_s = pynvml, every_s
         self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
         self.base = self.peak = self._used()
+        self.gpu_busy: list[int] = []
+        self.cpu_from = cpu_ticks()
+        self.cpu_busy = None
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -63,6 +75,7 @@ class MemorySampler:
     def _run(self) -> None:
         while not self.done.wait(self.every_s):
             self.peak = max(self.peak, self._used())
+            self.gpu_busy.append(int(self.nvml.nvmlDeviceGetUtilizationRates(self.handle).gpu))
 
     def __enter__(self) -> "MemorySampler":
         self.thread.start()
@@ -71,6 +84,13 @@ class MemorySampler:
     def __exit__(self, *exc) -> None:
         self.done.set()
         self.thread.join()
+        busy, total = (b - a for a, b in zip(self.cpu_from, cpu_ticks()))
+        self.cpu_busy = round(busy / max(total, 1), 3)
+
+    @property
+    def gpu_busy_mean(self) -> float | None:
+        """NVML's utilisation (the share of its sample periods a kernel ran), mean over the block."""
+        return round(statistics.mean(self.gpu_busy) / 100, 3) if self.gpu_busy else None
 
     @property
     def peak_gib(self) -> float:
@@ -170,13 +190,15 @@ def part_rate(args, out: Path) -> dict:
     print(f"{len(done)} distinct reference copies in {wall:.0f} s: {rate:.1f} gradings a minute "
           f"(grade-all exit {run.returncode}; {(run.stdout.strip().splitlines() or [''])[-1][:200]})")
     print(f"class peak GPU memory above idle: {memory.peak_gib} GiB; not measured: {unmeasured} of {len(students)}")
+    print(f"GPU busy (NVML, mean): {memory.gpu_busy_mean}; cores busy (mean of {os.cpu_count()}): {memory.cpu_busy}")
     print("seconds per area (max, median): " + json.dumps(per_area))
     if ratios:
         print(f"performance ratio reference/reference: min {min(ratios):.3f} median {statistics.median(ratios):.3f} "
               f"max {max(ratios):.3f} over {len(ratios)} tests")
     print("where a grading's time went (mean s): " + json.dumps(time_went(reports)), flush=True)
     return {"wall_s": round(wall, 1), "rate_per_min": round(rate, 2), "gradings": len(students),
-            "peak_gib": memory.peak_gib, "not_measured": unmeasured, "bad": bad, "areas_s": per_area,
+            "peak_gib": memory.peak_gib, "gpu_busy": memory.gpu_busy_mean, "cpu_busy": memory.cpu_busy,
+            "not_measured": unmeasured, "bad": bad, "areas_s": per_area,
             "ratios": ratios, "rows": rows, "time_went": time_went(reports), "ok": bad == 0}
 
 
@@ -192,7 +214,8 @@ def part_matrix(args, out: Path) -> dict:
     matrix = json.loads((out / "matrix-validate.json").read_text()) if (out / "matrix-validate.json").exists() else {}
     n = len(matrix.get("rows", matrix.get("entries", []))) if matrix else 0
     print(f"validate exit {run.returncode}; {n} entries in {wall:.0f} s ({60 * n / wall:.1f} a minute); "
-          f"peak GPU memory above idle {memory.peak_gib} GiB", flush=True)
+          f"peak GPU memory above idle {memory.peak_gib} GiB; GPU busy {memory.gpu_busy_mean}, "
+          f"cores busy {memory.cpu_busy}", flush=True)
     return {"exit": run.returncode, "wall_s": round(wall, 1), "entries": n, "peak_gib": memory.peak_gib,
             "ok": run.returncode == 0}
 
