@@ -469,6 +469,18 @@ def test_a_run_killed_outright_leaves_nothing_a_rerun_does_not_remove(tmp_path, 
     assert _names(tmp) == before_tmp
 
 
+def _gone_identity() -> str:
+    """The identity of a process that has ended, read while it ran: a `sleep 0` may already be
+    a zombie when it is read, with no start time (seen beside two CPU hogs)."""
+    from grader import leftovers
+    gone = subprocess.Popen(["sleep", "60"])
+    try:
+        return leftovers.identity(gone.pid)
+    finally:
+        gone.kill()
+        gone.wait()
+
+
 def test_the_sweep_removes_the_work_roots_of_a_grading_killed_outright(tmp_path, monkeypatch):
     """A grading's work roots (its workers' scratch, its shared tensors) carry the grading's
     identity: once that process is gone they are removed; a live grading's stay, and so does a
@@ -486,9 +498,7 @@ def test_the_sweep_removes_the_work_roots_of_a_grading_killed_outright(tmp_path,
     dead = leftovers.grading_roots()
     live["state"], dead["state"] = leftovers.own_folder(), leftovers.own_folder()
     assert (live["state"].stat().st_mode & 0o777) == 0o700, "a grading's own records are no worker's to read"
-    gone = subprocess.Popen(["sleep", "0"])
-    gone_identity = leftovers.identity(gone.pid)
-    gone.wait()
+    gone_identity = _gone_identity()
     for folder in dead.values():
         (folder / leftovers.OWNER_FILE).write_text(json.dumps({"owner": gone_identity, "host": None}))
         (folder / "grader-sandbox-x").mkdir()
@@ -546,9 +556,7 @@ def test_the_sweep_removes_a_dead_runs_host_folders_and_keeps_a_live_ones(tmp_pa
     tmp.mkdir()
     shm.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-    gone = subprocess.Popen(["sleep", "0"])
-    gone_identity = leftovers.identity(gone.pid)
-    gone.wait()
+    gone_identity = _gone_identity()
     live, dead, reused = (leftovers.host_folders(str(shm)) for _ in range(3))
     me = leftovers.identity()
     for folders, owner in ((dead, gone_identity), (reused, f"{os.getpid()}:{int(me.split(':')[1]) + 1}")):

@@ -123,6 +123,31 @@ def test_autotune_restore_and_reset_copies_are_part_of_launching(ops):
         assert torch.equal(dst, src)
 
 
+def test_on_caches_with_memory_behind_a_few_windows_autotune_takes_its_first_config_untimed_and_forgets_it(ops):
+    """int64_overflow's 13 GB caches on the GPU have memory behind a few windows only: timing
+    configs with restore_value would clone every byte of them (an illegal memory access), so the
+    worker's configs_untimed runs the first config alone there, and the choice is not kept for
+    the calls after (performance times the configs on caches backed whole)."""
+    import triton
+    from triton.runtime.autotuner import Autotuner
+    tuner = triton.autotune(configs=[triton.Config({}, num_warps=w) for w in (1, 2)], key=["N"],
+                            restore_value=["dst"], do_bench=ops.wall)(ops.copy_kernel)
+    run, bench = Autotuner.run, Autotuner._bench
+    src, dst = tensors()
+    with worker.configs_untimed(True):
+        seen = observe(lambda s, d: tuner[(1,)](s, d, N=8), src, dst)
+    assert seen == {"triton_launches": 1, "torch_writes": []}, "one launch: no config timed, nothing cloned"
+    assert torch.equal(dst, src)
+    assert tuner.cache == {}, "the untimed choice is forgotten after the call"
+    assert (Autotuner.run, Autotuner._bench) == (run, bench)
+    src, dst = tensors()
+    assert observe(lambda s, d: tuner[(1,)](s, d, N=8), src, dst)["triton_launches"] == 3   # timed again
+    src, dst = tensors()
+    with worker.configs_untimed(False):        # caches backed whole: the file's own autotuning
+        assert observe(lambda s, d: tuner[(1,)](s, d, N=8), src, dst)["triton_launches"] == 1   # chosen above
+    assert len(tuner.cache) == 1
+
+
 def test_a_users_own_autotune_hook_that_writes_is_a_pytorch_write(ops):
     src, dst = tensors()
     seen = observe(lambda s, d: ops.user_hook[(1,)](s, d, N=8), src, dst)
