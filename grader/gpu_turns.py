@@ -8,6 +8,13 @@ test for ever. So every turn first passes a turnstile (an exclusive lock held on
 for a moment by the tests that share, and for the whole wait by one that times),
 the classic fair readers-writer scheme.
 
+Timing tests go before sharers that came while they waited. The turnstile alone did not do
+that: a timing test lets go of it once it has the GPU, and a sharer that took it next got in
+first when that test was done, so the next timing test waited for the sharer's whole test to end
+while the GPU stood mostly idle (docs/instructor.md). So a timing test holds a "want" lock (shared among timing tests) from
+its request until it has the GPU, and a sharer waits until nobody holds it: timing tests that
+queue up while one measures run one after another, with one drain for all of them.
+
 A sharer may be stuck: a test waiting on a hung worker holds its turn for up to the
 call timeout, and a timing test behind it would wait as long (three minutes on the
 H200, behind a submission that hangs). So a timing test waits at most EXCLUSIVE_WAIT_S
@@ -51,8 +58,8 @@ class Turn:
     can become exclusive for the length of a block (`exclusive()`): a timing test shares the
     GPU while it builds inputs and compiles, and has it alone only while it measures."""
 
-    def __init__(self, gate: int, room: int, stuck: int, share_s: float):
-        self._gate, self._room, self._stuck, self._share_s = gate, room, stuck, share_s
+    def __init__(self, gate: int, room: int, stuck: int, share_s: float, want: int):
+        self._gate, self._room, self._stuck, self._share_s, self._want = gate, room, stuck, share_s, want
         self.alone = True
         self.lost = False
         self.hold_s: float | None = None
@@ -64,6 +71,8 @@ class Turn:
         return self.alone
 
     def _take_shared(self) -> None:
+        fcntl.flock(self._want, fcntl.LOCK_EX)      # no timing test is waiting for the GPU
+        fcntl.flock(self._want, fcntl.LOCK_UN)
         fcntl.flock(self._gate, fcntl.LOCK_EX)
         try:
             fcntl.flock(self._room, fcntl.LOCK_SH)
@@ -72,8 +81,12 @@ class Turn:
         self._start(threading.Timer(self._share_s, _step_aside, args=(self._room, self._stuck)))
 
     def _take_exclusive(self, wait_s: float, hold_s: float | None) -> None:
-        fcntl.flock(self._gate, fcntl.LOCK_EX)
-        alone = _lock_within(self._room, wait_s) and _free(self._stuck)
+        fcntl.flock(self._want, fcntl.LOCK_SH)
+        try:
+            fcntl.flock(self._gate, fcntl.LOCK_EX)
+            alone = _lock_within(self._room, wait_s) and _free(self._stuck)
+        finally:
+            fcntl.flock(self._want, fcntl.LOCK_UN)
         if alone:            # one that is not alone keeps the gate: no newcomer joins it
             fcntl.flock(self._gate, fcntl.LOCK_UN)
         self.alone = self.alone and alone
@@ -152,8 +165,9 @@ def turn(key: str, exclusive: bool, folder: Path | None = None, wait_s: float = 
     gate = os.open(folder / f"{key}.gate", os.O_RDWR | os.O_CREAT, 0o600)
     room = os.open(folder / f"{key}.room", os.O_RDWR | os.O_CREAT, 0o600)
     stuck = os.open(folder / f"{key}.stuck", os.O_RDWR | os.O_CREAT, 0o600)
+    want = os.open(folder / f"{key}.want", os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        held = Turn(gate, room, stuck, share_s)
+        held = Turn(gate, room, stuck, share_s, want)
         if exclusive:
             held._take_exclusive(wait_s, hold_s)
         else:
@@ -166,6 +180,7 @@ def turn(key: str, exclusive: bool, folder: Path | None = None, wait_s: float = 
         os.close(room)       # closing drops the locks
         os.close(stuck)
         os.close(gate)
+        os.close(want)
 
 
 def _free(stuck: int) -> bool:

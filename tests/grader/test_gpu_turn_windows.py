@@ -91,3 +91,51 @@ def test_the_wait_for_the_gpu_alone_is_counted_apart_from_the_time_holding_it(tm
     t.join(5)
     assert 0.3 <= mine.waited_s < 2.0, mine.waited_s
     assert 0.2 <= mine.exclusive_s < 0.5, mine.exclusive_s
+
+
+def test_timing_tests_waiting_for_the_gpu_go_before_sharers_that_came_meanwhile(tmp_path):
+    """Two gradings' timing tests want the GPU alone while a neighbour's sharing test is inside,
+    and a third grading's sharer arrives while they wait: once the neighbour leaves, both measure
+    one after the other, and the sharer gets in only after them. Were the sharer let in between,
+    the second timing test would wait for the sharer's whole test to end while the GPU stood idle."""
+    order, lock = [], threading.Lock()
+    inside, leave, t2_in, t2_go = threading.Event(), threading.Event(), threading.Event(), threading.Event()
+
+    def note(what):
+        with lock:
+            order.append(what)
+
+    def neighbour():
+        with gpu_turns.turn("gpu-test", False, tmp_path, share_s=30):
+            inside.set()
+            leave.wait(10)
+
+    def timing(name, entered=None, go=None):
+        with gpu_turns.turn("gpu-test", False, tmp_path, share_s=30) as mine:    # its test begins
+            if entered is not None:
+                entered.set()
+                go.wait(10)
+            with mine.exclusive(wait_s=10):
+                note(f"{name} measures")
+                time.sleep(0.3)
+                note(f"{name} done")
+
+    def sharer():
+        with gpu_turns.turn("gpu-test", False, tmp_path):
+            note("sharer in")
+
+    threads = [threading.Thread(target=neighbour), threading.Thread(target=timing, args=("t2", t2_in, t2_go))]
+    threads[0].start()
+    assert inside.wait(5)
+    threads[1].start()
+    assert t2_in.wait(5)
+    for target, args in ((timing, ("t1",)), (sharer, ())):
+        threads.append(threading.Thread(target=target, args=args))
+        threads[-1].start()
+        time.sleep(0.3)
+    t2_go.set()                 # t2 asks for the GPU alone after the sharer came
+    time.sleep(0.3)
+    leave.set()
+    for t in threads:
+        t.join(10)
+    assert order.index("sharer in") > max(order.index("t1 done"), order.index("t2 done")), order
