@@ -10,9 +10,11 @@
 """
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -61,7 +63,10 @@ def full_matrix() -> Matrix | None:
 @lru_cache(maxsize=None)
 def _graded(labels: tuple[str, ...], jobs: int) -> tuple[Matrix, str]:
     import time
-    out = Path(tempfile.mkdtemp(prefix="grader-test-matrix-")) / "validate.json"
+    folder = tempfile.mkdtemp(prefix="grader-test-matrix-")
+    # Its reports are read until the test process ends (Matrix.report); then nothing needs them.
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    out = Path(folder) / "validate.json"
     started = time.time()
     run = subprocess.run([sys.executable, "-m", "grader", "validate", "--out", str(out), "--jobs", str(jobs),
                           "--only", *labels], cwd=REPO, capture_output=True, text=True, timeout=1800)
