@@ -6,8 +6,9 @@ machine makes flaky (a flake is fixed at its cause, never retried away).
 Each repetition is one pytest run (default: the slow tests that may share the machine, on both
 cores, as `make test` runs them) with its own JUnit file under --out. The hogs are plain Python
 busy loops started here and killed at the end, however the run ends. --stop-after starts no new
-repetition after that many seconds. Prints one line per repetition and, at the end, every test
-that failed with the repetitions it failed in; exit 1 when any did.
+repetition after that many seconds; Ctrl-C ends the run there, the repetition under way not
+counted. Prints one line per repetition and, at the end, every test that failed with the
+repetitions it failed in; exit 1 when any did.
 """
 from __future__ import annotations
 
@@ -46,10 +47,13 @@ def main() -> int:
     args = ap.parse_args()
     out = REPO / args.out
     out.mkdir(parents=True, exist_ok=True)
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
+    # in sessions of their own: a Ctrl-C is for the run, and the hogs are ended below
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+            for _ in range(args.hogs)]
     failed: dict[str, list[int]] = {}
     t0 = time.monotonic()
     done = 0
+    interrupted = False
     try:
         for rep in range(1, args.reps + 1):
             if args.stop_after is not None and time.monotonic() - t0 > args.stop_after:
@@ -67,6 +71,9 @@ def main() -> int:
             done += 1
             last = (run.stdout.strip().splitlines() or [""])[-1]
             print(f"rep {rep}: exit {run.returncode} in {time.monotonic() - t:.0f} s: {last}", flush=True)
+    except KeyboardInterrupt:       # the repetition under way is not counted
+        interrupted = True
+        print(f"interrupted during repetition {done + 1}", flush=True)
     finally:
         for hog in hogs:
             hog.kill()
@@ -75,7 +82,7 @@ def main() -> int:
           f"{len(failed)} tests failed at least once")
     for test, reps in sorted(failed.items()):
         print(f"  {test}: repetitions {', '.join(map(str, reps))}")
-    return 1 if failed or done == 0 else 0
+    return 130 if interrupted else 1 if failed or done == 0 else 0
 
 
 if __name__ == "__main__":
