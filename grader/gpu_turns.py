@@ -11,9 +11,10 @@ the classic fair readers-writer scheme.
 Timing tests go before sharers that came while they waited. The turnstile alone did not do
 that: a timing test lets go of it once it has the GPU, and a sharer that took it next got in
 first when that test was done, so the next timing test waited for the sharer's whole test to end
-while the GPU stood mostly idle (docs/instructor.md). So a timing test holds a "want" lock (shared among timing tests) from
-its request until it has the GPU, and a sharer waits until nobody holds it: timing tests that
-queue up while one measures run one after another, with one drain for all of them.
+while the GPU stood mostly idle (docs/instructor.md). So a timing test holds a "want" lock
+(shared among timing tests) from its request until it has the GPU, and a sharer waits until
+nobody holds it: timing tests that queue up while one measures run one after another, with one
+drain for all of them.
 
 A sharer may be stuck: a test waiting on a hung worker holds its turn for up to the
 call timeout, and a timing test behind it would wait as long (three minutes on the
