@@ -162,9 +162,10 @@ def noisy_class(copies: int, jobs: int, work: Path, k: int, noisy: str | None = 
 
 
 def time_went(reports: list[dict]) -> dict:
-    """Mean seconds per grading: in its tests, waiting for the GPU's turn and for a quiet GPU
-    (pytest_plugin's figures), and the three slowest tests."""
-    totals: dict[str, float] = {"tests_s": 0.0, "gpu_turn_wait_s": 0.0, "gpu_quiet_wait_s": 0.0}
+    """Mean seconds per grading: in its tests, waiting for the GPU's turn (at checkpoints among
+    them) and for a quiet GPU (pytest_plugin's figures), and the three slowest tests."""
+    totals: dict[str, float] = {"tests_s": 0.0, "gpu_turn_wait_s": 0.0, "gpu_checkpoint_wait_s": 0.0,
+                                "gpu_quiet_wait_s": 0.0}
     per_test: dict[str, float] = {}
     for report in reports:
         for test in report.get("tests", []):
@@ -172,7 +173,7 @@ def time_went(reports: list[dict]) -> dict:
             duration = float(detail.get("duration_s") or 0.0)
             figures = detail.get("figures") or {}
             totals["tests_s"] += duration
-            for key in ("gpu_turn_wait_s", "gpu_quiet_wait_s"):
+            for key in ("gpu_turn_wait_s", "gpu_checkpoint_wait_s", "gpu_quiet_wait_s"):
                 totals[key] += float(figures.get(key) or 0.0)
             name = str(test.get("name", "?"))[:60]
             per_test[name] = per_test.get(name, 0.0) + duration
@@ -193,6 +194,8 @@ def timing_windows(reports: list[dict]) -> dict:
             if "gpu_alone_s" not in figures:
                 continue
             for key, value in figures.items():
+                if key == "measure_wall_s":      # a window several tests share counts once
+                    value = float(value or 0.0) / max(1.0, float(figures.get("window_cases") or 1.0))
                 if key in ("gpu_alone_s", "measure_wall_s", "gpu_quiet_wait_s") or key.startswith("spent_"):
                     totals[key] = totals.get(key, 0.0) + float(value or 0.0)
     n = max(1, len(reports))

@@ -6,7 +6,8 @@ them, and a GPU's exclusive seconds are what cap its gradings a minute (docs/per
 A memo keeps such a figure in the grader's private folder (gpu_turns.lock_dir: mode 0700,
 outside every worker's file system), named by the physical GPU, and every grading on that GPU
 reads it while it is younger than `ttl_s`. The first grading to need it makes it while the others
-wait on its lock, so slots that start together measure once.
+wait on its lock, so slots that start together measure once; a grading that has other work to do
+meanwhile asks without waiting (`wait=False`) and again when it needs the figure.
 
 A figure is kept under a fingerprint of what made it (the assignment's suites and rubric, its
 reference's bytes, torch's and Triton's versions): a changed reference or suite never reads an
@@ -62,12 +63,20 @@ class GpuMemo:
             return None
         return Memo(kept.get("value"), age, made_here=False)
 
-    def get(self, name: str, make: Callable[[], Any], keep: Callable[[Any], bool] = lambda _: True) -> Memo:
+    def get(self, name: str, make: Callable[[], Any], keep: Callable[[Any], bool] = lambda _: True,
+            wait: bool = True) -> Memo | None:
         """The kept figure `name`, or make() now (under the lock, so that gradings needing it at
-        once make it once) and keep it when keep(value)."""
+        once make it once) and keep it when keep(value). With `wait` false, None where another
+        grading is making it: the caller goes on with other work and asks again when it needs it."""
         if self.ttl_s <= 0:
             return Memo(make(), 0.0, made_here=True)
-        with self._locked(name):
+        if not wait:
+            kept = self.read(name)
+            if kept is not None:
+                return kept
+        with self._locked(name, wait) as locked:
+            if not locked:
+                return None
             kept = self.read(name)
             if kept is not None:
                 return kept
@@ -78,19 +87,23 @@ class GpuMemo:
             return Memo(value, 0.0, made_here=True)
 
     @contextlib.contextmanager
-    def _locked(self, name: str):
+    def _locked(self, name: str, wait: bool = True):
+        """Yields whether to go on: false only without `wait`, where another holds the lock."""
         fd = os.open(self._path(name).with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            deadline = time.monotonic() + LOCK_WAIT_S
+            deadline = time.monotonic() + (LOCK_WAIT_S if wait else 0.0)
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
+                    if not wait:
+                        yield False
+                        return
                     if time.monotonic() >= deadline:
                         break          # the maker is stuck: measure here, as without a memo
                     time.sleep(0.05)
-            yield
+            yield True
         finally:
             os.close(fd)           # closing drops the lock
 

@@ -30,6 +30,13 @@ aside: it leaves the room for a "stuck" lock it holds (shared) until its test en
 test that finds the room free and that lock held goes ahead at once, and its turn says it
 was not alone, as after the bounded wait.
 
+A sharer holds the room for GPU work, not for the whole test: a timing test's wait for the
+sharers inside (a drain) used to last until each neighbour's test ended, the longest part of a
+class's time on the H200 (docs/instructor.md). So a sharer passes a checkpoint before each call
+into its worker (`checkpoint()`, which the grading's workers run): where a timing test waits, it
+settles its own GPU work, leaves the room, and comes back once the timing tests are done. Its GPU
+work between two checkpoints stays inside the room, so a timing window still sees none of it.
+
 A holder may be stuck too: a timing test whose worker hangs would keep every
 neighbour out. So a turn taken with `hold_s` has a deadline: past it a timer in the
 holder's process gives the lock back, the neighbours go on, and the holder learns it
@@ -41,6 +48,7 @@ import contextlib
 import fcntl
 import functools
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -66,6 +74,8 @@ class Turn:
         self.hold_s: float | None = None
         self.exclusive_s = 0.0             # time spent holding the GPU alone
         self.waited_s = 0.0                # ... and waiting for it, then for the shared turn back
+        self.checkpoint_waited_s = 0.0     # ... and, sharing, at checkpoints (of waited_s)
+        self._exclusive = False
         self._timer: threading.Timer | None = None
 
     def __bool__(self) -> bool:
@@ -79,7 +89,25 @@ class Turn:
             fcntl.flock(self._room, fcntl.LOCK_SH)
         finally:
             fcntl.flock(self._gate, fcntl.LOCK_UN)
+        self._exclusive = False
         self._start(threading.Timer(self._share_s, _step_aside, args=(self._room, self._stuck)))
+
+    def checkpoint(self) -> float:
+        """Between two pieces of a sharer's GPU work: if a timing test waits for the GPU, this
+        process's queued GPU work is finished, the room left to it and taken again after it;
+        the seconds waited are returned (0 where nobody waited, at the cost of one flock)."""
+        if self._exclusive or not _wanted(self._want):
+            return 0.0
+        asked = time.monotonic()
+        torch = sys.modules.get("torch")       # not imported: nothing of ours is on the GPU
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.synchronize()           # nothing of ours may run in its window
+        self._leave()
+        self._take_shared()
+        waited = time.monotonic() - asked
+        self.waited_s += waited
+        self.checkpoint_waited_s += waited
+        return waited
 
     def _take_exclusive(self, wait_s: float, hold_s: float | None) -> None:
         fcntl.flock(self._want, fcntl.LOCK_SH)
@@ -91,6 +119,7 @@ class Turn:
         if alone:            # one that is not alone keeps the gate: no newcomer joins it
             fcntl.flock(self._gate, fcntl.LOCK_UN)
         self.alone = self.alone and alone
+        self._exclusive = True
         if hold_s is not None:
             self.hold_s = hold_s
             self._start(threading.Timer(hold_s, _expire, args=(self, self._room, self._gate)))
@@ -112,7 +141,10 @@ class Turn:
     def exclusive(self, wait_s: float = EXCLUSIVE_WAIT_S, hold_s: float | None = None):
         """From a shared turn: the GPU alone for the block (as turn(exclusive=True) gives it),
         then shared again. The shared lock is left first: a process waiting on its own
-        sharer would wait out wait_s."""
+        sharer would wait out wait_s. Inside a block already held alone, it is that block."""
+        if self._exclusive:
+            yield self
+            return
         self._leave()
         asked = began = time.monotonic()
         try:
@@ -173,15 +205,43 @@ def turn(key: str, exclusive: bool, folder: Path | None = None, wait_s: float = 
             held._take_exclusive(wait_s, hold_s)
         else:
             held._take_shared()
+        _HELD.__dict__.setdefault("turns", []).append(held)
         try:
             yield held
         finally:
+            _HELD.turns.remove(held)
             held._leave()
     finally:
         os.close(room)       # closing drops the locks
         os.close(stuck)
         os.close(gate)
         os.close(want)
+
+
+_HELD = threading.local()       # .turns: the turns this thread holds, innermost last
+
+
+def current() -> Turn | None:
+    """The innermost turn this thread holds, if any."""
+    turns = getattr(_HELD, "turns", None)
+    return turns[-1] if turns else None
+
+
+def checkpoint() -> float:
+    """Turn.checkpoint of the innermost turn this thread holds (none: nothing to do). The
+    grading's workers run it before each call (Submission.between_calls)."""
+    held = current()
+    return held.checkpoint() if held is not None else 0.0
+
+
+def _wanted(want: int) -> bool:
+    """Whether a timing test waits for the GPU (holds the want lock)."""
+    try:
+        fcntl.flock(want, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    fcntl.flock(want, fcntl.LOCK_UN)
+    return False
 
 
 def _free(stuck: int) -> bool:

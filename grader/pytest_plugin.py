@@ -72,12 +72,19 @@ class Grading:
         if self._submission is None:
             self._submission = started(self.submission_path, self.assignment, self.device, self.confinement,
                                        self.roots, self.assignment.time_budget_s)   # imports while pytest collects
-        return self._submission
+        return self._turned(self._submission)
 
     def reference(self) -> Submission | None:
         if self._reference is None and self.assignment.reference.is_file():
             self._reference = self.workers.reference(self)
-        return self._reference
+        return self._turned(self._reference)
+
+    def _turned(self, sub: Submission | None) -> Submission | None:
+        """On a GPU, each call first passes the GPU turn's checkpoint (gpu_turns.checkpoint)."""
+        if sub is not None and self.device == "cuda":
+            from . import gpu_turns
+            sub.between_calls = gpu_turns.checkpoint
+        return sub
 
     def ours(self) -> set[int]:
         """The processes of this grading: what may use its GPU while it times a kernel."""
@@ -289,14 +296,16 @@ def quiet_gpu(request, device):
 
 @pytest.fixture
 def measure(request, quiet_gpu):
-    """measure(x) records the figure an area with a curve is scored on. On a GPU the figure
-    must come from quiet_gpu.measure in this test, so a timing beside foreign work never scores."""
+    """measure(x) records the figure an area with a curve is scored on. On a GPU each figure
+    must be backed by a quiet_gpu.measure (one may back several: its `serves`), so a timing
+    beside foreign work never scores."""
     windows = len(quiet_gpu.windows)
     request.node.stash[_QUIET_FROM] = (quiet_gpu, windows, quiet_gpu.waited_s)
 
     def record(value: float) -> None:
-        if len(quiet_gpu.windows) == windows and not quiet_gpu.unchecked:
+        if quiet_gpu.serving <= 0 and not quiet_gpu.unchecked:
             raise RuntimeError("the suite recorded a measure not timed through quiet_gpu.measure")
+        quiet_gpu.serving -= 1
         request.node.stash[_MEASURE] = float(value)
     # Where the test's area's curve gives full credit: a suite may check a measure short of it
     # more closely before recording it (the L1 suite times the reference again).
@@ -346,11 +355,17 @@ def worker_started(request, charge_time):
 def gpu_share(device):
     """gpu_share() is a context manager holding a shared turn on this GPU (see gpu_turn) for
     work outside a test, such as timing the reference before the first one; its
-    `exclusive()` gives the GPU to this grading alone for a block. On the CPU it does nothing."""
+    `exclusive()` gives the GPU to this grading alone for a block. Inside a test it is the
+    test's own turn (a second turn of this process would wait for the first to leave the GPU).
+    On the CPU it does nothing."""
     if device.type != "cuda":
         return lambda: contextlib.nullcontext(_NoTurn())
     from . import gpu_turns
-    return lambda: gpu_turns.turn(gpu_turns.gpu_key(), exclusive=False)
+
+    def share():
+        held = gpu_turns.current()
+        return contextlib.nullcontext(held) if held is not None else gpu_turns.turn(gpu_turns.gpu_key(), exclusive=False)
+    return share
 
 
 @pytest.fixture(scope="session")
@@ -464,9 +479,12 @@ def pytest_json_runtest_metadata(item, call):
         item.stash.setdefault(_WAITS, {}).update(
             gpu_quiet_wait_s=round(quiet.waited_s - waited, 3), gpu_quiet_attempts=float(sum(quiet.windows[windows:])))
     held = item.stash.get(_TURN, None)
-    if call.when == "call" and held is not None and "measure" in item.fixturenames:
+    if call.when == "call" and held is not None:
         waits = item.stash.setdefault(_WAITS, {})
-        waits["gpu_alone_s"] = round(held.exclusive_s, 3)
+        if "measure" in item.fixturenames:
+            waits["gpu_alone_s"] = round(held.exclusive_s, 3)
+        if held.checkpoint_waited_s:
+            waits["gpu_checkpoint_wait_s"] = round(held.checkpoint_waited_s, 3)
         waits["gpu_turn_wait_s"] = round(waits.get("gpu_turn_wait_s", 0.0) + held.waited_s, 3)
     if call.when == "call" and item.stash.get(_WAITS, None):
         record.setdefault("figures", {}).update(item.stash[_WAITS])

@@ -69,15 +69,18 @@ class Host:
     def start(self, roots: dict[str, Path]) -> None:
         from .sandbox.processes import become_subreaper
         become_subreaper()      # what a worker leaves behind is re-parented here, and swept
+        from .workers import HostWorkers
+        self.roots = roots
+        self.workers = HostWorkers(roots, spare=self.spare)
+        if self.spare:          # first: their imports overlap ours
+            from .assignment import Assignment
+            self.workers.ahead(Assignment.load(self.assignment), self.device)
         import pytest  # noqa: F401
         import torch
 
         from . import pytest_plugin  # noqa: F401  (imported here once, not in each session)
-        from .workers import HostWorkers
         if self.device == "cuda":
             torch.empty(1, device="cuda")
-        self.roots = roots
-        self.workers = HostWorkers(roots, spare=self.spare)
 
     def refusal(self, spec) -> str | None:
         """Why this host will not run this session, or None."""

@@ -10,6 +10,7 @@ one of two kinds with the same methods, and never asks which it has:
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -44,6 +45,15 @@ def started(module: Path, assignment: Assignment, device: str, conf: Confinement
     return worker
 
 
+@dataclass
+class _First:
+    """The grading a host expects first (HostWorkers.ahead): what its workers are keyed by."""
+    assignment: Assignment
+    device: str
+    want_uid: bool
+    submission_path: Path
+
+
 class ColdWorkers:
     """Each worker started for this grading alone."""
 
@@ -51,6 +61,16 @@ class ColdWorkers:
 
     def __init__(self, roots: dict):
         self.roots = roots          # the grading's own folders, removed by it when it ends
+
+    def ahead(self, assignment: Assignment, device: str, want_uid: bool = True) -> None:
+        """Before the host's first grading: the reference's worker, and a spare for a file of the
+        assignment's name, started while the host itself starts and its first session collects.
+        Started with that session instead, ten-odd processes of a class's first gradings imported
+        torch and made CUDA contexts at once, and each grading waited 6-12 s for its worker on the
+        H200 (docs/instructor.md). A first grading they do not suit starts its own."""
+        first = _First(assignment, device, want_uid, Path(assignment.submission))
+        self.reference(first)
+        self.began(first)
 
     def spare_for(self, grading: Grading) -> Submission | None:
         return None
@@ -107,6 +127,16 @@ class HostWorkers:
         conf = confinement_for(a, grading.device, a.protected_paths(), grading.want_uid)
         self._spare = (self._spare_key(grading), started(placeholder, a, grading.device, conf, self.roots,
                                                          a.time_budget_s))
+
+    def ahead(self, assignment: Assignment, device: str, want_uid: bool = True) -> None:
+        """Before the host's first grading: the reference's worker, and a spare for a file of the
+        assignment's name, started while the host itself starts and its first session collects.
+        Started with that session instead, ten-odd processes of a class's first gradings imported
+        torch and made CUDA contexts at once, and each grading waited 6-12 s for its worker on the
+        H200 (docs/instructor.md). A first grading they do not suit starts its own."""
+        first = _First(assignment, device, want_uid, Path(assignment.submission))
+        self.reference(first)
+        self.began(first)
 
     def spare_for(self, grading: Grading) -> Submission | None:
         """The spare, if it suits this grading (the same file name, device and uid policy) and

@@ -20,7 +20,7 @@ import threading
 import time
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from . import gpu_watch, logs, wire
 from .confine import Confinement
@@ -427,6 +427,10 @@ class Submission:
         # Where the first worker's start went, in seconds (instructor detail): how long the run
         # waited for it to be up (torch imported, the GPU opened), and its import of the file.
         self.timings: dict[str, float] = {}
+        # Run before each call, outside its clock and budget: the grading's GPU turn steps aside
+        # there for a neighbour's timing (gpu_turns.checkpoint); returns the seconds it waited.
+        self.between_calls: Callable[[], float] | None = None
+        self.last_call_waited_s = 0.0          # ... what the last call waited there, for callers that time it
 
     @cached_property
     def exchange(self) -> "Exchange":
@@ -540,8 +544,12 @@ class Submission:
             self._worker.stop(polite=not why)
             self._worker = None
 
+    def _between_calls(self) -> None:
+        self.last_call_waited_s = self.between_calls() if self.between_calls is not None else 0.0
+
     def call(self, name: str, *args, **kwargs):
         self.last_observed = self.last_counted = None
+        self._between_calls()
         with self._budgeted():
             worker = self._worker_with(name)
             with self.exchange.crossing(args, kwargs) as (wargs, wkwargs):
@@ -591,6 +599,7 @@ class Submission:
         grading's exclusive hold on the GPU more than the windows themselves. The worker keeps
         the inputs mapped only between the windows of this series, frozen; they are unmapped
         when it ends, however it ends."""
+        self._between_calls()
         with self._budgeted():
             worker = self._worker_with(name)
             with contextlib.ExitStack() as stack:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import threading
 import time
 
 from grader.gpu_memo import GpuMemo
@@ -68,3 +69,28 @@ def test_gradings_asking_at_once_measure_once(tmp_path):
         p.join(60)
     assert [p.exitcode for p in procs] == [0] * 4
     assert out.read_text().splitlines() == ["made"]
+
+
+def test_a_grading_that_will_not_wait_goes_on_while_another_makes_the_figure(tmp_path):
+    """Slots that start together: one measures, the others go on with their other tests and
+    read the figure when they need it, instead of standing idle behind the maker's lock."""
+    memo = GpuMemo(tmp_path, "gpu-a", "fp")
+    making, done = threading.Event(), threading.Event()
+
+    def slow_make():
+        making.set()
+        done.wait(10)
+        return {"t": 2.0}
+    maker = threading.Thread(target=lambda: memo.get("timings", slow_make))
+    maker.start()
+    assert making.wait(5)
+    began = time.monotonic()
+    assert GpuMemo(tmp_path, "gpu-a", "fp").get("timings", lambda: {"t": 9.0}, wait=False) is None
+    assert time.monotonic() - began < 1, "it waited for the maker"
+    done.set()
+    maker.join(10)
+    later = GpuMemo(tmp_path, "gpu-a", "fp").get("timings", lambda: {"t": 9.0}, wait=False)
+    assert later is not None and later.value == {"t": 2.0} and not later.made_here
+    fresh = GpuMemo(tmp_path / "x", "gpu-a", "fp")
+    (tmp_path / "x").mkdir()
+    assert fresh.get("timings", lambda: {"t": 3.0}, wait=False).made_here, "nobody making it: made here"

@@ -139,3 +139,65 @@ def test_timing_tests_waiting_for_the_gpu_go_before_sharers_that_came_meanwhile(
     for t in threads:
         t.join(10)
     assert order.index("sharer in") > max(order.index("t1 done"), order.index("t2 done")), order
+
+
+def test_a_sharer_leaves_the_gpu_at_its_next_checkpoint_to_a_waiting_timing_test(tmp_path):
+    """A sharer holds the GPU for its GPU work, not its whole test: at the checkpoint before its
+    next call (gpu_turns.checkpoint, run by the grading's workers) it steps out while a timing
+    test waits, and comes back once that test is done. The timing test waits for the piece of
+    work in flight, not for the rest of the neighbour's test."""
+    first_piece, events = threading.Event(), {}
+
+    def neighbour():
+        with gpu_turns.turn("gpu-test", False, tmp_path, share_s=30):
+            first_piece.set()
+            time.sleep(0.4)                        # its first piece of GPU work
+            events["waited"] = gpu_turns.checkpoint()     # a call into its worker begins
+            events["back"] = time.monotonic()
+            time.sleep(3)                          # the rest of its test
+    t = threading.Thread(target=neighbour)
+    t.start()
+    assert first_piece.wait(5)
+    asked = time.monotonic()
+    with gpu_turns.turn("gpu-test", True, tmp_path, wait_s=10) as mine:
+        waited = time.monotonic() - asked
+        assert mine.alone
+        time.sleep(0.3)                            # the timing
+        done = time.monotonic()
+    assert waited < 1.5, f"the timing test waited {waited:.2f} s: for the neighbour's whole test"
+    t.join(10)
+    assert events["back"] >= done, "the neighbour came back while the GPU was held alone"
+    assert events["waited"] >= 0.25, "the neighbour's wait is what it reports"
+
+
+def test_a_checkpoint_with_no_timing_test_waiting_goes_straight_on(tmp_path):
+    with gpu_turns.turn("gpu-test", False, tmp_path) as mine:
+        began = time.monotonic()
+        assert gpu_turns.checkpoint() == 0.0
+        assert time.monotonic() - began < 0.05 and mine.checkpoint_waited_s == 0.0
+        with mine.exclusive(wait_s=1):
+            assert gpu_turns.checkpoint() == 0.0, "a turn held alone has nobody to step aside for"
+    assert gpu_turns.checkpoint() == 0.0, "outside any turn there is nothing to do"
+
+
+def test_a_block_held_alone_inside_another_is_that_block(tmp_path):
+    """The reference timed inside a performance test (its figures made late) asks for the GPU
+    alone inside the test's own window: it must neither wait for itself nor let go between."""
+    with gpu_turns.turn("gpu-test", False, tmp_path) as mine:
+        assert gpu_turns.current() is mine
+        with mine.exclusive(wait_s=5):
+            began = time.monotonic()
+            with mine.exclusive(wait_s=5) as inner:
+                assert inner.alone and time.monotonic() - began < 0.5
+                got_in = threading.Event()
+
+                def sharer():
+                    with gpu_turns.turn("gpu-test", False, tmp_path):
+                        got_in.set()
+                t = threading.Thread(target=sharer)
+                t.start()
+                assert not got_in.wait(0.3), "a sharer came in inside the nested block"
+            assert not got_in.wait(0.3), "the outer block let go of the GPU when the inner one ended"
+        assert got_in.wait(5)
+        t.join(5)
+    assert gpu_turns.current() is None

@@ -102,6 +102,8 @@ def test_a_host_keeps_only_its_reference_between_gradings(tmp_path):
     host = HostProcess(TOY.folder, "cpu", {}, spare=True)
     try:
         first = _grade(TOY, _handed_in(tmp_path, "daemon_and_memory.py"), tmp_path / "a.json", "cpu", host)
+        # the first grading's worker was started as the host started, ahead of it (HostWorkers.ahead)
+        assert _how(first)["spare_worker"] is True
         left = descendants(host.proc.pid)
         uid = first["extra_data"]["sandbox"]["uid"]
         assert uid is None or not processes_of(uid)
