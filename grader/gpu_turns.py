@@ -234,24 +234,24 @@ def checkpoint() -> float:
     return held.checkpoint() if held is not None else 0.0
 
 
-def _wanted(want: int) -> bool:
-    """Whether a timing test waits for the GPU (holds the want lock)."""
+def _held(fd: int) -> bool:
+    """Whether another holds a lock on fd's file."""
     try:
-        fcntl.flock(want, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
-    fcntl.flock(want, fcntl.LOCK_UN)
+    fcntl.flock(fd, fcntl.LOCK_UN)
     return False
+
+
+def _wanted(want: int) -> bool:
+    """Whether a timing test waits for the GPU (holds the want lock)."""
+    return _held(want)
 
 
 def _free(stuck: int) -> bool:
     """No sharer that stepped aside is still inside."""
-    try:
-        fcntl.flock(stuck, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    fcntl.flock(stuck, fcntl.LOCK_UN)
-    return True
+    return not _held(stuck)
 
 
 def _expire(held: Turn, room: int, gate: int) -> None:

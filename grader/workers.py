@@ -62,16 +62,6 @@ class ColdWorkers:
     def __init__(self, roots: dict):
         self.roots = roots          # the grading's own folders, removed by it when it ends
 
-    def ahead(self, assignment: Assignment, device: str, want_uid: bool = True) -> None:
-        """Before the host's first grading: the reference's worker, and a spare for a file of the
-        assignment's name, started while the host itself starts and its first session collects.
-        Started with that session instead, ten-odd processes of a class's first gradings imported
-        torch and made CUDA contexts at once, and each grading waited 6-12 s for its worker on the
-        H200 (docs/instructor.md). A first grading they do not suit starts its own."""
-        first = _First(assignment, device, want_uid, Path(assignment.submission))
-        self.reference(first)
-        self.began(first)
-
     def spare_for(self, grading: Grading) -> Submission | None:
         return None
 

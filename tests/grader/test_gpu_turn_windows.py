@@ -7,6 +7,18 @@ import time
 from grader import gpu_turns
 
 
+def _sharer_coming(folder) -> tuple[threading.Thread, threading.Event]:
+    """A neighbour's test asking for a shared turn now: the event is set once it got in."""
+    got_in = threading.Event()
+
+    def sharer():
+        with gpu_turns.turn("gpu-test", False, folder):
+            got_in.set()
+    t = threading.Thread(target=sharer)
+    t.start()
+    return t, got_in
+
+
 def test_a_shared_turn_turns_exclusive_for_a_block_and_back(tmp_path):
     with gpu_turns.turn("gpu-test", False, tmp_path) as mine:
         # another sharer gets in beside it at once
@@ -14,13 +26,7 @@ def test_a_shared_turn_turns_exclusive_for_a_block_and_back(tmp_path):
             assert other.alone
         with mine.exclusive(wait_s=5) as alone:
             assert alone, "nobody else held the GPU, so the block had it alone"
-            got_in = threading.Event()
-
-            def sharer():
-                with gpu_turns.turn("gpu-test", False, tmp_path):
-                    got_in.set()
-            t = threading.Thread(target=sharer)
-            t.start()
+            t, got_in = _sharer_coming(tmp_path)
             assert not got_in.wait(0.5), "a sharer came in while the GPU was held alone"
         assert got_in.wait(5), "the sharer waited on after the exclusive block ended"
         t.join(5)
@@ -189,13 +195,7 @@ def test_a_block_held_alone_inside_another_is_that_block(tmp_path):
             began = time.monotonic()
             with mine.exclusive(wait_s=5) as inner:
                 assert inner.alone and time.monotonic() - began < 0.5
-                got_in = threading.Event()
-
-                def sharer():
-                    with gpu_turns.turn("gpu-test", False, tmp_path):
-                        got_in.set()
-                t = threading.Thread(target=sharer)
-                t.start()
+                t, got_in = _sharer_coming(tmp_path)
                 assert not got_in.wait(0.3), "a sharer came in inside the nested block"
             assert not got_in.wait(0.3), "the outer block let go of the GPU when the inner one ended"
         assert got_in.wait(5)
