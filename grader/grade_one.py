@@ -128,8 +128,10 @@ def grade(assignment: Assignment, submission: Path, report_path: Path, device: s
             # worker imports the module by that name, and the suites read the source as text.
             handed = copy / assignment.submission
             handed.write_text(picked.source, encoding="utf-8")
+            began = time.time()
             results, sandbox, problem = _run_suites(assignment, handed, device, seed, drop_privileges,
                                                     instructor, quiet, env, protect, host)
+            phases.update(_session_split(instructor.pop("pytest_wall", None), began, time.time()))
         # Some functions written, some still the template's: the report opens with the line that
         # names them, and the tests of the written ones count as they came out.
         stubs = submission_file.unwritten(picked.source, assignment.functions)
@@ -258,6 +260,9 @@ def read_state(state: Path, assignment: Assignment, code: int, tail: str, instru
     opened = state_records.read(state, state_records.DEVICE, dict) or {}
     quiet = state_records.read(state, state_records.QUIET, dict)
     instructor.update(pytest_exit=code, worker=worker, test_process=how or {})
+    created, duration = _number(pytest_json.get("created")), _number(pytest_json.get("duration"))
+    if created is not None and duration is not None and duration >= 0:
+        instructor["pytest_wall"] = [created - duration, created]     # grade() turns it into phases
     if quiet is not None:
         # Whether a timing could tell a busy GPU (gpu_quiet.py): without NVML it cannot.
         sandbox["gpu_quiet_checked"] = quiet.get("checked") is True
@@ -311,6 +316,17 @@ def read_state(state: Path, assignment: Assignment, code: int, tail: str, instru
     elif code not in (0, 1) and problem is None and not pytest_json:
         problem = f"the test run ended abnormally (exit {code})"
     return results, sandbox, problem
+
+
+def _session_split(wall, began: float, ended: float) -> dict[str, float]:
+    """The suites' seconds around pytest's session (pytest-json-report's start and end, wall
+    clock): before it (the test process or host taking the session, pytest starting, its
+    plugins and the grading's set-up) and after it (workers stopped, records written). The
+    session itself holds the collection and the tests."""
+    if not (isinstance(wall, list) and len(wall) == 2 and began <= wall[0] <= wall[1] <= ended + 1.0):
+        return {}
+    return {"before_session_s": wall[0] - began, "session_s": wall[1] - wall[0],
+            "after_session_s": max(0.0, ended - wall[1])}
 
 
 def _number(value) -> float | None:

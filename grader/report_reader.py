@@ -83,7 +83,8 @@ def sandbox(report: dict) -> dict:
 
 
 def phases(report: dict) -> dict:
-    """Where the grading's time went: startup_s, suites_s, total_s."""
+    """Where the grading's time went: startup_s, suites_s, total_s; within suites_s,
+    before_session_s, session_s and after_session_s (pytest's session: collection and tests)."""
     return _extra(report, "phases")
 
 

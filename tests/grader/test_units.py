@@ -179,3 +179,14 @@ def test_a_timing_not_measured_costs_no_point_and_asks_for_a_regrade(tmp_path):
     assert not course.is_current(built, sha)
     built["extra_data"]["regrade"] = None
     assert course.is_current(built, sha)                # the same report, measured, is current
+
+
+def test_the_suites_seconds_are_split_around_pytests_session():
+    """Where a slot's first grading loses its time (before pytest's session, in it, after it):
+    from pytest-json-report's start and end; a record that does not fit the grading's own
+    clock (tampered with, or from another run) splits nothing."""
+    from grader.grade_one import _session_split
+    split = _session_split([102.0, 110.5], 100.0, 111.0)
+    assert split == pytest.approx({"before_session_s": 2.0, "session_s": 8.5, "after_session_s": 0.5})
+    for wall in (None, [99.0, 105.0], [105.0, 104.0], [101.0, 130.0], "x"):
+        assert _session_split(wall, 100.0, 111.0) == {}
