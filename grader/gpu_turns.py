@@ -96,7 +96,7 @@ class Turn:
         """Between two pieces of a sharer's GPU work: if a timing test waits for the GPU, this
         process's queued GPU work is finished, the room left to it and taken again after it;
         the seconds waited are returned (0 where nobody waited, at the cost of one flock)."""
-        if self._exclusive or not _wanted(self._want):
+        if self._exclusive or not _held(self._want):     # no timing test waits
             return 0.0
         asked = time.monotonic()
         torch = sys.modules.get("torch")       # not imported: nothing of ours is on the GPU
@@ -113,7 +113,7 @@ class Turn:
         fcntl.flock(self._want, fcntl.LOCK_SH)
         try:
             fcntl.flock(self._gate, fcntl.LOCK_EX)
-            alone = _lock_within(self._room, wait_s) and _free(self._stuck)
+            alone = _lock_within(self._room, wait_s) and not _held(self._stuck)
         finally:
             fcntl.flock(self._want, fcntl.LOCK_UN)
         if alone:            # one that is not alone keeps the gate: no newcomer joins it
@@ -235,7 +235,8 @@ def checkpoint() -> float:
 
 
 def _held(fd: int) -> bool:
-    """Whether another holds a lock on fd's file."""
+    """Whether another holds a lock on fd's file (the want lock: a timing test waits; the stuck
+    lock: a sharer that stepped aside is still inside)."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -243,15 +244,6 @@ def _held(fd: int) -> bool:
     fcntl.flock(fd, fcntl.LOCK_UN)
     return False
 
-
-def _wanted(want: int) -> bool:
-    """Whether a timing test waits for the GPU (holds the want lock)."""
-    return _held(want)
-
-
-def _free(stuck: int) -> bool:
-    """No sharer that stepped aside is still inside."""
-    return not _held(stuck)
 
 
 def _expire(held: Turn, room: int, gate: int) -> None:
