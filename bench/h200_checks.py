@@ -5,6 +5,7 @@ figures in docs/performance.md ("Gradings a minute"), in parts of under ten minu
     python bench/h200_checks.py rate   [--copies 24] [--jobs N] [--out DIR]
     python bench/h200_checks.py matrix [--jobs N] [--only NAME ...] [--out DIR]   # validate over the corpus
     python bench/h200_checks.py service [--out DIR]   # one student's check on an empty service queue
+    python bench/h200_checks.py start [--procs 1 7 21]   # processes starting at once: torch, CUDA, Triton
 
 first:  the reference graded cold twice, alone, with the GPU's memory sampled every 50 ms
         (NVML): wall time, the report's phases, and the peak memory above the idle GPU.
@@ -15,6 +16,8 @@ matrix: `validate --device cuda` over every corpus entry at the default number a
         matrix, the budget table and the class rate.
 service: `bench/service_burst.py --students 1 --checks 1`: one check through a fresh service on
         loopback, submit to report, and its score against a lone grading with the same seed.
+start:  N processes started at once (--procs 1 7 21), each importing torch, making a CUDA context
+        and running Triton's first kernel in a fresh cache: what a class's first wave pays, by step.
 Each part prints its table and writes DIR/<part>.json; exit 1 when a check fails.
 """
 from __future__ import annotations
@@ -157,6 +160,22 @@ def make_class(folder: Path, copies: int, assignment: Assignment) -> list[str]:
     return students
 
 
+def first_wave(reports: list[dict]) -> dict:
+    """Where a slot's first grading went, mean seconds over those a host started for: the report's
+    phases, the host's start (its steps) and the submission worker's start (its steps)."""
+    firsts = [r for r in reports if (report_reader.instructor(r).get("test_process") or {}).get("host_start")]
+    totals: dict[str, float] = {}
+    for report in firsts:
+        instructor = report_reader.instructor(report)
+        steps = {**report_reader.phases(report),
+                 **{f"host_{k}": v for k, v in instructor["test_process"]["host_start"].items()},
+                 **((instructor.get("worker") or {}).get("timings") or {})}
+        for key, value in steps.items():
+            if isinstance(value, (int, float)):
+                totals[key] = totals.get(key, 0.0) + float(value)
+    return {"gradings": len(firsts), **{k: round(v / max(1, len(firsts)), 2) for k, v in sorted(totals.items())}}
+
+
 def part_rate(args, out: Path) -> dict:
     assignment = Assignment.find(None)
     course = Path(tempfile.mkdtemp(prefix="rate-class-"))
@@ -196,10 +215,45 @@ def part_rate(args, out: Path) -> dict:
         print(f"performance ratio reference/reference: min {min(ratios):.3f} median {statistics.median(ratios):.3f} "
               f"max {max(ratios):.3f} over {len(ratios)} tests")
     print("where a grading's time went (mean s): " + json.dumps(time_went(reports)), flush=True)
+    print("a slot's first grading (mean s): " + json.dumps(first_wave(reports)), flush=True)
     return {"wall_s": round(wall, 1), "rate_per_min": round(rate, 2), "gradings": len(students),
+            "first_wave": first_wave(reports),
             "peak_gib": memory.peak_gib, "gpu_busy": memory.gpu_busy_mean, "cpu_busy": memory.cpu_busy,
             "not_measured": unmeasured, "bad": bad, "areas_s": per_area,
             "ratios": ratios, "rows": rows, "time_went": time_went(reports), "ok": bad == 0}
+
+
+START_PROBE = r"""
+import json, os, sys, tempfile, time
+t0 = time.perf_counter(); steps = {}
+import torch
+steps["torch_s"] = time.perf_counter() - t0; t = time.perf_counter()
+torch.empty(1, device="cuda"); torch.cuda.synchronize()
+steps["cuda_s"] = time.perf_counter() - t; t = time.perf_counter()
+os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="start-probe-")
+sys.path.insert(0, sys.argv[1])
+import warmup
+warmup.run()
+steps["triton_s"] = time.perf_counter() - t
+print(json.dumps(steps))
+"""
+
+
+def part_start(args, out: Path) -> dict:
+    """N processes started at once, each importing torch, making a CUDA context and running
+    Triton's first kernel (a fresh cache, as a worker's): what a class's first wave pays, by step."""
+    found = {}
+    for n in args.procs:
+        t = time.monotonic()
+        procs = [subprocess.Popen([sys.executable, "-c", START_PROBE, str(ROOT / "grader" / "sandbox")],
+                                  stdout=subprocess.PIPE, text=True) for _ in range(n)]
+        steps = [json.loads(p.communicate(timeout=300)[0].strip().splitlines()[-1]) for p in procs]
+        wall = time.monotonic() - t
+        row = {k: {"mean": round(statistics.mean(x[k] for x in steps), 2), "max": round(max(x[k] for x in steps), 2)}
+               for k in steps[0]}
+        found[str(n)] = {"wall_s": round(wall, 2), **row}
+        print(f"{n} at once: all done in {wall:.1f} s; " + json.dumps(row), flush=True)
+    return found
 
 
 def part_matrix(args, out: Path) -> dict:
@@ -234,18 +288,20 @@ def part_service(args, out: Path) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("part", choices=["first", "rate", "matrix", "service"])
+    ap.add_argument("part", choices=["first", "rate", "matrix", "service", "start"])
     ap.add_argument("--copies", type=int, default=24)
     ap.add_argument("--jobs", type=int, help="gradings at once (default: grade-all's and validate's own)")
     ap.add_argument("--out", default="build/h200")
     ap.add_argument("--only", nargs="+", help="matrix: only these corpus entries (as validate --only)")
+    ap.add_argument("--procs", type=int, nargs="+", default=[1, 7, 21], help="start: processes started at once")
     ap.add_argument("--deadline", type=float, default=540, help="seconds the part's command may take")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    found = {"first": part_first, "rate": part_rate, "matrix": part_matrix, "service": part_service}[args.part](args, out)
+    found = {"first": part_first, "rate": part_rate, "matrix": part_matrix, "service": part_service,
+             "start": part_start}[args.part](args, out)
     (out / f"{args.part}.json").write_text(json.dumps(found, indent=1))
-    ok = found["ok"] if "ok" in found else all(g["ok"] for g in found["gradings"])
+    ok = found["ok"] if "ok" in found else all(g["ok"] for g in found.get("gradings", []))
     print("every check passed" if ok else "a check failed")
     return 0 if ok else 1
 

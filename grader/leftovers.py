@@ -49,6 +49,15 @@ def start_time(pid: int) -> int | None:
         return None
 
 
+def age_s(pid: int) -> float | None:
+    """Seconds since pid started, or None when it is not there."""
+    start = start_time(pid)
+    try:
+        return float(Path("/proc/uptime").read_text().split()[0]) - start / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, TypeError):
+        return None
+
+
 def identity(pid: int | None = None) -> str:
     pid = os.getpid() if pid is None else pid
     return f"{pid}:{start_time(pid)}"

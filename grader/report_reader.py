@@ -42,6 +42,11 @@ def _extra(report: dict, key: str) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def instructor(report: dict) -> dict:
+    """What the report keeps for the instructor alone (the seed, the test process, the worker)."""
+    return _extra(report, "instructor")
+
+
 def sha256(report: dict) -> str | None:
     """The sha256 of the file that was graded."""
     return _extra(report, "submission").get("sha256")

@@ -140,6 +140,8 @@ def run_session(address: str, spec: Path, quiet: bool, timeout_s: float,
         return None
     host = {} if host is None else host
     host.update(warm=True, session=first["accepted"], host_pid=first.get("pid"))
+    if isinstance(first.get("host_start"), dict):       # the slot's first grading: where the host's start went
+        host["host_start"] = {k: v for k, v in first["host_start"].items() if isinstance(v, (int, float))}
     if isinstance(first.get("pid"), int):
         from .leftovers import identity
         host["host_identity"] = identity(first["pid"])

@@ -65,9 +65,12 @@ class Host:
         self.roots: dict[str, Path] = {}
         self.spare = args.spare
         self.workers = None         # workers.HostWorkers, once started
+        self.started: dict[str, float] = {}     # where the host's start went, told its first grading
 
     def start(self, roots: dict[str, Path]) -> None:
+        from .leftovers import age_s
         from .sandbox.processes import become_subreaper
+        marks = _Marks(self.started, before_start_s=age_s(os.getpid()) or 0.0)
         become_subreaper()      # what a worker leaves behind is re-parented here, and swept
         from .workers import HostWorkers
         self.roots = roots
@@ -75,12 +78,17 @@ class Host:
         if self.spare:          # first: their imports overlap ours
             from .assignment import Assignment
             self.workers.ahead(Assignment.load(self.assignment), self.device)
+        marks("workers_ahead_s")
         import pytest  # noqa: F401
+        marks("pytest_s")
         import torch
+        marks("torch_s")
 
         from . import pytest_plugin  # noqa: F401  (imported here once, not in each session)
+        marks("plugin_s")
         if self.device == "cuda":
             torch.empty(1, device="cuda")
+            marks("cuda_s")
 
     def refusal(self, spec) -> str | None:
         """Why this host will not run this session, or None."""
@@ -105,7 +113,8 @@ class Host:
             _send(conn, {"refused": why})
             return
         self.sessions += 1
-        _send(conn, {"accepted": self.sessions, "pid": os.getpid()})
+        _send(conn, {"accepted": self.sessions, "pid": os.getpid(),
+                     **({"host_start": self.started} if self.sessions == 1 else {})})
         done = threading.Event()
         threading.Thread(target=_watch, args=(conn, done), daemon=True).start()
         code = self._session(spec, _Stream(conn))
@@ -159,6 +168,20 @@ class Host:
         for folder in self.roots.values():      # their contents: the folders are the batch's
             for entry in folder.iterdir() if folder.is_dir() else ():
                 shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+
+
+class _Marks:
+    """Seconds of each step of a start, into `into`, rounded: marks("name") closes a step."""
+
+    def __init__(self, into: dict[str, float], **first: float):
+        self.into = into
+        self.into.update({k: round(v, 3) for k, v in first.items()})
+        self.last = time.perf_counter()
+
+    def __call__(self, step: str) -> None:
+        now = time.perf_counter()
+        self.into[step] = round(now - self.last, 3)
+        self.last = now
 
 
 def _watch(conn: socket.socket, done: threading.Event) -> None:

@@ -503,6 +503,10 @@ class Submission:
                 raise WorkerCrashed(f"the grader's worker process did not start: {self._refused(up)}")
             self._up = True
             self.timings.setdefault("waited_for_worker_s", round(time.monotonic() - waited, 3))
+            start = up.get("start") if isinstance(up.get("start"), dict) else {}
+            for phase in ("before_main_s", "torch_s", "cuda_s", "triton_s"):
+                if isinstance(start.get(phase), (int, float)):
+                    self.timings.setdefault(f"worker_{phase}", round(float(start[phase]), 3))
         return worker
 
     def _ready_worker(self) -> Worker:

@@ -104,6 +104,9 @@ def test_a_host_keeps_only_its_reference_between_gradings(tmp_path):
         first = _grade(TOY, _handed_in(tmp_path, "daemon_and_memory.py"), tmp_path / "a.json", "cpu", host)
         # the first grading's worker was started as the host started, ahead of it (HostWorkers.ahead)
         assert _how(first)["spare_worker"] is True
+        # ... and it is told where the host's start went, step by step (a class's first wave)
+        assert set(_how(first)["host_start"]) == {"before_start_s", "workers_ahead_s", "pytest_s", "torch_s",
+                                                  "plugin_s"}
         left = descendants(host.proc.pid)
         uid = first["extra_data"]["sandbox"]["uid"]
         assert uid is None or not processes_of(uid)
@@ -113,8 +116,11 @@ def test_a_host_keeps_only_its_reference_between_gradings(tmp_path):
         # the second grading's worker was started while the host waited for it (its spare)
         assert _how(second) == {"warm": True, "session": 2, "host_pid": host.proc.pid, "spare_worker": True}
         assert second["score"] == second["max_score"]
-        # where its worker's start went, for the instructor: the wait for it, and the import
-        assert set(second["extra_data"]["instructor"]["worker"]["timings"]) == {"waited_for_worker_s", "import_s"}
+        assert "host_start" not in _how(second)
+        # where its worker's start went, for the instructor: the wait for it, the worker's own
+        # steps before it could take the file, and the import
+        assert set(second["extra_data"]["instructor"]["worker"]["timings"]) == {
+            "waited_for_worker_s", "worker_before_main_s", "worker_torch_s", "import_s"}
         assert _verdicts(second, TOY) == _verdicts(cold, TOY)
     finally:
         host.close()
