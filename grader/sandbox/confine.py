@@ -73,6 +73,8 @@ class Confinement:
     view: rootfs.View | None = None   # the worker's file system, an allow-list (rootfs.py)
     view_why: str = ""                # how its /proc was made, or why there is no view
     uid_lock: int | None = field(default=None, repr=False)   # held while the uid is ours
+    # Where a uid's first good start is remembered (_probe_record), while none is: see prove().
+    unproven: Path | None = field(default=None, repr=False)
 
     @property
     def private_shm(self) -> bool:
@@ -110,16 +112,12 @@ class Confinement:
                            "refuses to map memory into a process of another user")
         else:
             try:
-                uid, conf.uid_lock = _free_uid()
-                ok, why = _uid_can_run(uid, python, device, conf)
+                conf.uid, conf.uid_lock = _free_uid()
             except RuntimeError as exc:
-                uid, ok, why = None, False, str(exc)
-            if ok:
-                conf.uid = uid
-                conf.close_paths(protect)
+                conf.reason = f"no uid for the worker: {exc}. Workers run as root"
             else:
-                conf.reason = f"a worker under uid {uid} cannot work here: {why}. Workers run as root"
-                conf.release()
+                conf.unproven = _unproven(python, device, conf.view)
+                conf.close_paths(protect)
         return conf
 
     def preexec(self, keep: list[str] = ()) -> None:
@@ -140,6 +138,32 @@ class Confinement:
             os.setgroups([])
             os.setgid(self.uid)
             os.setuid(self.uid)
+
+    def proven(self) -> None:
+        """A worker under this uid said hello (grader/sandbox/worker.py imported torch and
+        Triton and, on the GPU, used it: what the probe asks): the next confinements trust the uid."""
+        if self.unproven is not None:
+            with contextlib.suppress(OSError):
+                self.unproven.touch()
+            self.unproven = None
+
+    def doubt(self, python: str = sys.executable) -> bool:
+        """A worker under a uid not yet proven did not say hello. The probe tells whether the
+        uid cannot work here (True: this confinement runs its workers as root from now on, and
+        the caller starts one again) or the worker failed for a reason of its own (False).
+        Nothing of the submission has run by then: the worker imports it only after hello."""
+        if self.unproven is None or self.uid is None:
+            return False
+        record, self.unproven = self.unproven, None
+        ok, why = _probe(self.uid, python, self.device, dataclasses.replace(self, uid_lock=None))
+        if ok:
+            with contextlib.suppress(OSError):
+                record.touch()
+            return False
+        self.reason = f"a worker under uid {self.uid} cannot work here: {why}. Workers run as root"
+        self.uid = None
+        self.release()
+        return True
 
     def close_paths(self, paths: list[Path]) -> None:
         """Close these paths to the worker's uid (mode 0700 for the grader's user alone). Before
@@ -295,19 +319,16 @@ def _probe_record(python: str, device: str, view: rootfs.View | None) -> Path:
     return _private_dir() / ("probe-" + hashlib.sha256("\0".join(stamp).encode()).hexdigest()[:24])
 
 
-def _uid_can_run(uid: int, python: str, device: str, conf: Confinement) -> tuple[bool, str]:
-    """Can a fresh uid import torch and triton with this interpreter (its files may be out of
-    reach), and on the GPU, use it, confined as its workers will be (the allow-list too)?
-    Asked once per environment: a passed probe is remembered for PROBE_VALID_S (each costs an
-    interpreter start, several seconds on a GPU)."""
-    record = _probe_record(python, device, conf.view)
+def _unproven(python: str, device: str, view: rootfs.View | None) -> Path | None:
+    """The record to write once a uid has worked here, or None where a passed probe or a worker's
+    hello was remembered within PROBE_VALID_S. A uid is not probed ahead of its first worker: that
+    worker's own start asks the same (Confinement.proven and .doubt), and a class's first gradings, each
+    probing at once, spent 9 s of their start there on the H200 (docs/instructor.md)."""
+    record = _probe_record(python, device, view)
     with contextlib.suppress(OSError):
         if time.time() - record.stat().st_mtime < PROBE_VALID_S:
-            return True, ""
-    ok, why = _probe(uid, python, device, dataclasses.replace(conf, uid=uid, uid_lock=None))
-    if ok:
-        record.touch()
-    return ok, why
+            return None
+    return record
 
 
 def _probe(uid: int, python: str, device: str, conf: Confinement) -> tuple[bool, str]:

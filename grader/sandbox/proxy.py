@@ -166,7 +166,8 @@ class Worker:
         if device == "cpu":
             env["TRITON_INTERPRET"] = "1"
         cmd = [sys.executable, "-s", str(scratch / "worker" / "worker.py"), "--fd", str(theirs.fileno()),
-               "--module", str(module), "--device", device, "--functions", ",".join(functions)]
+               "--module", str(module), "--device", device, "--functions", ",".join(functions),
+               *(["--prove"] if confinement.unproven else [])]
         with os.fdopen(logs.open_for_append(self.log), "ab") as log:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                          pass_fds=[theirs.fileno()], cwd=scratch / "home", env=env,
@@ -498,9 +499,15 @@ class Submission:
                 up = worker.greeting(self.timeout)
             except SandboxFailure as exc:
                 self._discard(f"while starting: {exc}")
+                if self.conf.doubt():
+                    return self._up_worker()      # its uid cannot work here: again, as root
                 raise type(exc)(f"the grader's worker process did not start: {exc}") from None
             if not up.get("held"):
-                raise WorkerCrashed(f"the grader's worker process did not start: {self._refused(up)}")
+                refused = self._refused(up)
+                if self.conf.doubt():
+                    return self._up_worker()
+                raise WorkerCrashed(f"the grader's worker process did not start: {refused}")
+            self.conf.proven()
             self._up = True
             self.timings.setdefault("waited_for_worker_s", round(time.monotonic() - waited, 3))
             start = up.get("start") if isinstance(up.get("start"), dict) else {}

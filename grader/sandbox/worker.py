@@ -615,6 +615,8 @@ def main() -> None:
     ap.add_argument("--module", required=True)
     ap.add_argument("--device", choices=["cpu", "cuda"], required=True)
     ap.add_argument("--functions", default="")
+    # The first worker of a uid not yet proven here does what confine's probe asks, before hello.
+    ap.add_argument("--prove", action="store_true")
     opts = ap.parse_args()
     sock = socket.socket(fileno=opts.fd)
     start = {"before_main_s": process_age_s()}
@@ -627,6 +629,10 @@ def main() -> None:
             torch.cuda.init()
             _device_synchronize = torch._C._cuda_synchronize
             start["cuda_s"] = time.perf_counter() - mark
+        if opts.prove:
+            import triton  # noqa: F401
+            if opts.device == "cuda":
+                torch.zeros(1, device="cuda")
     except BaseException as exc:
         wire.send(sock, {"ok": False, "error": error_of(exc)})
         return

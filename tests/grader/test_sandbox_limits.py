@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from grader import gpu_turns
-from grader.sandbox import (Confinement, Submission, SubmissionError, SubmissionUnavailable, WorkerCrashed,
+from grader.sandbox import (Confinement, SandboxFailure, Submission, SubmissionError, SubmissionUnavailable, WorkerCrashed,
                             WorkerTimeout, isolate)
 from grader.sandbox.proxy import AFTER_A_TIMEOUT, MEMORY_TO_GIVE_UP, TIMEOUTS_TO_GIVE_UP
 
@@ -229,6 +229,39 @@ def test_the_submission_is_imported_at_its_first_call_and_hold_stops_it():
         assert len(second) == 2 and second[1] != first[0]
     finally:
         sub.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="a worker gets a uid of its own only when the grader is root")
+def test_a_uid_s_first_worker_proves_it_and_one_that_cannot_start_there_falls_back_to_root(tmp_path):
+    """No probe runs ahead of a uid's first worker: its start (torch, Triton and, on the GPU, a
+    CUDA context, before any of the submission runs) is the probe, and its hello is remembered.
+    A worker that cannot start under the uid (here: a data limit too small to import torch)
+    makes the grader ask the probe, and the report says why workers then run as root."""
+    conf = Confinement.prepare("cpu", [])
+    assert conf.uid is not None, conf.reason
+    conf.unproven = record = tmp_path / "probe-record"       # as on a machine where none worked yet
+    sub = Submission(TOY / "marks_import.py", ["echo"], torch.device("cpu"), conf, timeout=60)
+    try:
+        assert sub.echo(3) == 3
+        assert record.exists() and conf.unproven is None and conf.uid is not None
+        assert sub.failures == []
+    finally:
+        sub.close()
+        conf.release()
+
+    conf = Confinement.prepare("cpu", [])
+    conf.unproven, conf.memory_limit = tmp_path / "probe-record-2", 64 << 20
+    sub = Submission(TOY / "marks_import.py", ["echo"], torch.device("cpu"), conf, timeout=60)
+    try:
+        with pytest.raises(SandboxFailure, match="did not start"):
+            sub.echo(3)
+        assert conf.uid is None and "cannot work here" in conf.reason, conf.reason
+        assert conf.describe()["privilege_drop"] is False
+        assert not (tmp_path / "probe-record-2").exists()
+    finally:
+        sub.close()
+        conf.release()
 
 
 @pytest.mark.slow

@@ -82,23 +82,37 @@ def test_a_gated_area_gates_what_requires_it():
     assert areas["performance"].gated_by == ["write"] and areas["performance"].score == 0
 
 
-def test_a_passed_uid_probe_is_remembered_and_a_failed_one_is_not(tmp_path, monkeypatch):
+def test_a_uid_is_trusted_once_it_worked_and_its_failure_is_asked_of_the_probe(tmp_path, monkeypatch):
+    """A uid is not probed ahead of its first worker: that worker's hello proves it and is
+    remembered per interpreter and device. A worker that did not say hello sends the question
+    to the probe, which alone decides whether workers run as root from then on."""
     import sys
     import tempfile
 
     from grader.sandbox import confine
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     calls = []
-    outcome = [(False, "no torch for this uid")]
+    outcome = [(True, "")]
     monkeypatch.setattr(confine, "_probe", lambda uid, python, device, conf: calls.append(uid) or outcome[0])
-    conf = confine.Confinement(device="cpu")
-    assert confine._uid_can_run(61001, sys.executable, "cpu", conf) == (False, "no torch for this uid")
-    outcome[0] = (True, "")
-    assert confine._uid_can_run(61002, sys.executable, "cpu", conf) == (True, "")
-    assert confine._uid_can_run(61003, sys.executable, "cpu", conf) == (True, "")
-    assert calls == [61001, 61002]
-    assert confine._uid_can_run(61004, sys.executable, "cuda", conf) == (True, "")   # another device: asked anew
-    assert calls == [61001, 61002, 61004]
+    record = confine._unproven(sys.executable, "cpu", None)
+    assert record is not None                      # nothing remembered yet: the first worker proves it
+    conf = confine.Confinement(device="cpu", uid=61001, unproven=record)
+    conf.proven()
+    assert conf.unproven is None and confine._unproven(sys.executable, "cpu", None) is None
+    assert confine._unproven(sys.executable, "cuda", None) is not None      # another device: asked anew
+    assert calls == []                             # a hello is the probe's answer: none was run
+
+    conf = confine.Confinement(device="cuda", uid=61002, unproven=confine._unproven(sys.executable, "cuda", None))
+    assert conf.doubt() is False and conf.uid == 61002 and calls == [61002]   # the worker's own failure
+    assert confine._unproven(sys.executable, "cuda", None) is None             # ... and the probe's pass is kept
+    assert conf.doubt() is False and calls == [61002]                          # asked once per confinement
+
+    record.unlink()
+    outcome[0] = (False, "no torch for this uid")
+    conf = confine.Confinement(device="cpu", uid=61003, unproven=confine._unproven(sys.executable, "cpu", None))
+    assert conf.doubt() is True
+    assert conf.uid is None and "uid 61003 cannot work here: no torch for this uid" in conf.reason
+    assert confine._unproven(sys.executable, "cpu", None) is not None          # a failure is not remembered
 
 
 def test_fingerprint_does_not_depend_on_how_the_folder_was_named(monkeypatch):
