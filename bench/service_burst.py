@@ -152,7 +152,10 @@ def main() -> int:
     try:
         files = files_for(assignment, args.students, args.checks, work)
         made = subprocess.run([sys.executable, "-m", "grader", "tokens", "--course", str(course), "--add", *files],
-                              cwd=ROOT, capture_output=True, text=True, check=True)
+                              cwd=ROOT, capture_output=True, text=True)
+        if made.returncode != 0:
+            print(f"`grader tokens` failed (exit {made.returncode}):\n{made.stderr[-2000:]}", file=sys.stderr)
+            return 1
         tokens = dict(line.split(" ", 1) for line in made.stdout.splitlines() if line.strip())
         proc, url = start_service(course, assignment, device, args.jobs)
         runs = [{"student": s, "data": d} for s, ds in files.items() for d in ds]
