@@ -1,6 +1,6 @@
 """A burst of checks at the grading service, as a class sends them the night before the deadline.
 
-    python bench/service_burst.py [--students 8] [--checks 3] [--jobs 3] [--device auto]
+    python bench/service_burst.py [--students 8] [--checks 3] [--jobs N] [--device auto]
                                   [--out build/service_burst.json]
 
 Starts `python -m grader serve` on loopback for a fresh course, gives each student a token, and
@@ -138,14 +138,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--students", type=int, default=8)
     ap.add_argument("--checks", type=int, default=3)
-    ap.add_argument("--jobs", type=int, default=3)
+    ap.add_argument("--jobs", type=int, help="gradings at once, in the service and in the grade-all it is compared "
+                                             "with (default: theirs, machines.default_jobs)")
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     ap.add_argument("--timeout", type=float, default=1800, help="seconds one check may take from submit to report")
     ap.add_argument("--out", default="build/service_burst.json")
     args = ap.parse_args()
-    from grader.machines import resolve_device
+    from grader.machines import default_jobs, resolve_device
     device = resolve_device(args.device)
     assignment = Assignment.find(None)
+    args.jobs = args.jobs or default_jobs(device, assignment.grading_gpu_bytes)
     work = Path(tempfile.mkdtemp(prefix="service-burst-"))
     course = work / "course"
     course.mkdir()
