@@ -73,7 +73,7 @@ class Confinement:
     view: rootfs.View | None = None   # the worker's file system, an allow-list (rootfs.py)
     view_why: str = ""                # how its /proc was made, or why there is no view
     uid_lock: int | None = field(default=None, repr=False)   # held while the uid is ours
-    # Where a uid's first good start is remembered (_probe_record), while none is: see prove().
+    # Where a uid's first good start is to be remembered (_probe_record), until one is: see proven().
     unproven: Path | None = field(default=None, repr=False)
 
     @property
@@ -147,7 +147,7 @@ class Confinement:
                 self.unproven.touch()
             self.unproven = None
 
-    def doubt(self, python: str = sys.executable) -> bool:
+    def doubt(self) -> bool:
         """A worker under a uid not yet proven did not say hello. The probe tells whether the
         uid cannot work here (True: this confinement runs its workers as root from now on, and
         the caller starts one again) or the worker failed for a reason of its own (False).
@@ -155,7 +155,7 @@ class Confinement:
         if self.unproven is None or self.uid is None:
             return False
         record, self.unproven = self.unproven, None
-        ok, why = _probe(self.uid, python, self.device, dataclasses.replace(self, uid_lock=None))
+        ok, why = _probe(self.uid, sys.executable, self.device, dataclasses.replace(self, uid_lock=None))
         if ok:
             with contextlib.suppress(OSError):
                 record.touch()

@@ -499,14 +499,14 @@ class Submission:
                 up = worker.greeting(self.timeout)
             except SandboxFailure as exc:
                 self._discard(f"while starting: {exc}")
+                failed = type(exc)(f"the grader's worker process did not start: {exc}")
+            else:
+                failed = None if up.get("held") else WorkerCrashed(
+                    f"the grader's worker process did not start: {self._refused(up)}")
+            if failed is not None:
                 if self.conf.doubt():
                     return self._up_worker()      # its uid cannot work here: again, as root
-                raise type(exc)(f"the grader's worker process did not start: {exc}") from None
-            if not up.get("held"):
-                refused = self._refused(up)
-                if self.conf.doubt():
-                    return self._up_worker()
-                raise WorkerCrashed(f"the grader's worker process did not start: {refused}")
+                raise failed from None
             self.conf.proven()
             self._up = True
             self.timings.setdefault("waited_for_worker_s", round(time.monotonic() - waited, 3))
