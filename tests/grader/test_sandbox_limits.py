@@ -265,6 +265,47 @@ def test_a_uid_s_first_worker_proves_it_and_one_that_cannot_start_there_falls_ba
 
 
 @pytest.mark.slow
+def test_a_submission_can_neither_vouch_for_a_uid_nor_unmake_its_record(tmp_path):
+    """Where the uid records live (the grader's private folder under the temporary folder) is out of
+    a worker's reach: a file that deletes every record it can find, to make the next gradings ask
+    the probe again, or writes one of its own, changes nothing the grader reads."""
+    from grader.sandbox import confine
+    conf = Confinement.prepare("cpu", [])
+    if not conf.namespaces:
+        conf.release()
+        pytest.skip(f"no private /tmp here ({conf.namespaces_why}): the folder's mode alone keeps it")
+    records = confine._private_dir()
+    before = {p.name for p in records.glob("probe-*")}
+    forged = f"probe-forged-{os.getpid()}-{tmp_path.name}"
+    attack = tmp_path / "attack.py"
+    attack.write_text(
+        "import glob, os, tempfile\n"
+        "folders = {'/tmp/grader-uids', os.path.join(tempfile.gettempdir(), 'grader-uids')}\n"
+        "for folder in folders:\n"
+        "    for path in glob.glob(os.path.join(folder, '*')):\n"
+        "        try:\n"
+        "            os.remove(path)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    try:\n"
+        "        os.makedirs(folder, exist_ok=True)\n"
+        f"        open(os.path.join(folder, {forged!r}), 'w').close()\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "def echo(x):\n"
+        "    return x\n")
+    sub = Submission(attack, ["echo"], torch.device("cpu"), conf, timeout=60)
+    try:
+        assert sub.echo(5) == 5          # the file ran its attack at import
+    finally:
+        sub.close()
+        conf.release()
+    after = {p.name for p in records.glob("probe-*")}
+    assert forged not in after, "a worker wrote into the grader's uid records"
+    assert before <= after, f"a worker removed uid records: {sorted(before - after)}"
+
+
+@pytest.mark.slow
 def test_segfaults_cost_only_their_own_calls_however_many_in_a_row():
     """A kernel with a wrong offset crashes on some inputs and is right on others (the wrong
     corpus' layout_dims_misread crashes on every write test and must still pass validation):
