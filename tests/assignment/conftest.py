@@ -13,6 +13,7 @@ ASSIGNMENT_DIR = REPO / "assignment" / "l1_paged_kv_write"
 if str(REPO / "tests" / "grader") not in sys.path:
     sys.path.insert(0, str(REPO / "tests" / "grader"))
 import shared_gradings  # noqa: E402  (the gradings tests/grader shares: the kill matrix, one per run)
+from pytest_forks import PytestForks  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -38,17 +39,35 @@ def assignment():
         return tomllib.load(f)
 
 
-@pytest.fixture(scope="session")
-def run_pytest():
-    """Run pytest in a child process, as a student would, and return the CompletedProcess."""
+def _student_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "L1_SUBMISSION"}
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # leave no __pycache__ beside the public tests
+    return env
+
+
+@pytest.fixture(scope="session")
+def run_pytest():
+    """Run pytest in a fresh Python process, as a student would, and return the CompletedProcess."""
+    env = _student_env()
 
     def run(*args, cwd=REPO, extra_env=None):
         return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
                               cwd=cwd, env={**env, **(extra_env or {})}, capture_output=True, text=True,
                               timeout=300)
     return run
+
+
+@pytest.fixture(scope="session")
+def run_pytest_forked():
+    """run_pytest's run, forked from a process that imported torch, triton and pytest once
+    (pytest_forks.py): for the corpus sweep, which asks what the public tests say about a file,
+    not how a fresh interpreter starts."""
+    forks, env = PytestForks(), _student_env()
+
+    def run(*args, cwd=REPO):
+        return forks.run(["-p", "no:cacheprovider", *args], cwd=cwd, env=env, timeout=300)
+    yield run
+    forks.close()
 
 
 @pytest.fixture(scope="session")

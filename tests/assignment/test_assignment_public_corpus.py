@@ -114,12 +114,12 @@ def corpus(tmp_path_factory):
     return entries, local
 
 
-def outcomes(run_pytest, tmp_path, submission, *extra):
+def outcomes(run, tmp_path, submission, *extra):
     """test name -> (passed | failure | error | skipped, message). A run that killed the Python
     process (a store far outside a tensor) counts as a failure of the test it died in, which is
     what the student is told."""
     report = tmp_path / "junit.xml"
-    proc = run_pytest(PUBLIC, "-q", "--submission", str(submission), f"--junitxml={report}", *extra)
+    proc = run(PUBLIC, "-q", "--submission", str(submission), f"--junitxml={report}", *extra)
     output = proc.stdout + proc.stderr
     if not report.exists():
         assert DIED in output, output[-3000:]
@@ -154,13 +154,13 @@ def _hidden_only():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", _wrong_names())
-def test_wrong_entry_fails_a_public_test_or_its_rule_is_named_hidden(name, corpus, run_pytest, tmp_path):
+def test_wrong_entry_fails_a_public_test_or_its_rule_is_named_hidden(name, corpus, run_pytest_forked, tmp_path):
     entry = corpus[0][name]
     if entry.device not in (None, _here()):
         pytest.skip(f"{name} is wrong on {entry.device} only")
     hidden = _hidden_only()
     extra = ["--overflow"] if _gpu_with_room() else []
-    results = outcomes(run_pytest, tmp_path, entry.file, *extra)
+    results = outcomes(run_pytest_forked, tmp_path, entry.file, *extra)
     failed = {n: text for n, (state, text) in results.items() if state in ("failure", "error")}
     if name in hidden:
         assert not failed, (f"{name} now fails public tests {sorted(failed)}: take it out of HIDDEN_ONLY "
@@ -188,8 +188,8 @@ def test_the_names_here_are_in_the_corpus():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(LOCAL))
-def test_public_tests_catch_the_local_mutant(name, corpus, run_pytest, tmp_path):
-    results = outcomes(run_pytest, tmp_path, corpus[1][name])
+def test_public_tests_catch_the_local_mutant(name, corpus, run_pytest_forked, tmp_path):
+    results = outcomes(run_pytest_forked, tmp_path, corpus[1][name])
     test = LOCAL[name][2]
     failed = [text for n, (state, text) in results.items() if n.split("[")[0] == test and state == "failure"]
     assert failed, f"{test} does not fail on {name}: {results}"
@@ -198,7 +198,7 @@ def test_public_tests_catch_the_local_mutant(name, corpus, run_pytest, tmp_path)
 
 
 @pytest.mark.slow
-def test_an_int64_annotation_is_not_failed_on_the_cpu(corpus, run_pytest, tmp_path):
+def test_an_int64_annotation_is_not_failed_on_the_cpu(corpus, run_pytest_forked, tmp_path):
     """`HD: tl.int64` makes slot*HD int64 on the GPU, where grading runs, and the interpreter
     ignores it: the CPU's sparse-cache test must say it cannot judge, not fail a right answer."""
     if _here() == "cuda":
@@ -210,18 +210,18 @@ def test_an_int64_annotation_is_not_failed_on_the_cpu(corpus, run_pytest, tmp_pa
               "new": "key_stride, value_stride, HD: tl.int64, BLOCK: tl.constexpr):"}]
     annotated = tmp_path / "annotated.py"
     annotated.write_text(mutant_source(reference, "", edits, "annotated"), encoding="utf-8")
-    results = outcomes(run_pytest, tmp_path, annotated)
+    results = outcomes(run_pytest_forked, tmp_path, annotated)
     state, text = results["test_offsets_past_2_32_on_sparse_caches"]
     assert state == "skipped" and "HD: tl.int64" in text, results
     assert not [n for n, (s, _) in results.items() if s in ("failure", "error")], results
 
 
 @pytest.mark.skipif(not _gpu_with_room(), reason="the overflow test needs a GPU with 28 GB free")
-def test_overflow_test_catches_int32_offsets(corpus, run_pytest, tmp_path):
+def test_overflow_test_catches_int32_offsets(corpus, run_pytest_forked, tmp_path):
     test = "test_offsets_past_2_31_on_the_graded_cache"
-    wrong = outcomes(run_pytest, tmp_path, corpus[0]["int32_offsets"].file, "--overflow", "-k", test)
+    wrong = outcomes(run_pytest_forked, tmp_path, corpus[0]["int32_offsets"].file, "--overflow", "-k", test)
     assert wrong[test][0] == "failure" and "int64" in wrong[test][1], wrong
-    right = outcomes(run_pytest, tmp_path, REPO / "reference" / "l1_paged_kv_write.py", "--overflow", "-k", test)
+    right = outcomes(run_pytest_forked, tmp_path, REPO / "reference" / "l1_paged_kv_write.py", "--overflow", "-k", test)
     assert right[test][0] == "passed", right
 
 
@@ -232,10 +232,10 @@ def right_entries():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, spec", right_entries(), ids=[n for n, _ in right_entries()])
-def test_right_entry_passes_every_public_test(name, spec, run_pytest, tmp_path):
+def test_right_entry_passes_every_public_test(name, spec, run_pytest_forked, tmp_path):
     if spec.get("device") not in (None, _here()):
         pytest.skip(f"{name} is graded on the {spec['device']} only (right.toml)")
-    results = outcomes(run_pytest, tmp_path, REPO / "tests" / "corpus" / "right" / f"{name}.py")
+    results = outcomes(run_pytest_forked, tmp_path, REPO / "tests" / "corpus" / "right" / f"{name}.py")
     assert len(results) >= 30
     bad = {n: r for n, r in results.items() if r[0] not in ("passed", "skipped")}
     assert not bad, bad

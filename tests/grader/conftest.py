@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+import service_server as svc
 import shared_gradings
 from toy_reports import _toy_report, built_inputs_log
 
@@ -47,11 +48,10 @@ def cold_reference(tmp_path_factory):
     return lambda seed: shared_gradings.cold_reference(seed, out)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=svc.DATABASES)
 def course_db(request, tmp_path):
     """A course folder and the service's database for it: SQLite in the folder (None), or a
     PostgreSQL database of its own, dropped after (skipped, or failed under CI, without a server)."""
-    import service_server as svc
     course = tmp_path / "course"
     course.mkdir()
     db = svc.postgres_database() if request.param == "postgresql" else None

@@ -169,6 +169,11 @@ def unique(source: bytes, tag: str) -> bytes:
 PG_ENV = "GRADER_TEST_PG_URL"
 
 
+# The databases a service test runs on. Only the PostgreSQL runs share a group (one xdist worker):
+# they use the one server that test_daemon_scripts stops and starts; the SQLite runs go anywhere.
+DATABASES = ["sqlite", pytest.param("postgresql", marks=pytest.mark.xdist_group("postgres"))]
+
+
 def postgres_database() -> str:
     """A fresh database on the server GRADER_TEST_PG_URL names (tools/postgres_local.sh starts one),
     dropped by `drop_database`. CI must have it; elsewhere its tests skip."""

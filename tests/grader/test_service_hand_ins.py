@@ -38,7 +38,7 @@ def utc(answer_body) -> str:
     return datetime.datetime.fromisoformat(answer_body["submitted_at"]).isoformat(timespec="seconds")
 
 
-@pytest.mark.xdist_group("postgres")
+@pytest.mark.slow          # it grades for real (the service's checks and hand-ins)
 def test_hand_ins_are_kept_one_counts_and_a_late_one_asks_first(course_db):
     course, db = course_db
     toks = svc.tokens(course, "--add", "ivy", "jon", db=db)

@@ -91,7 +91,6 @@ def expire_all(course, db):
         engine.dispose()
 
 
-@pytest.mark.xdist_group("postgres")
 def test_the_cookie_is_a_session_that_log_out_revocation_and_time_end(course_db):
     course, db = course_db
     toks = svc.tokens(course, "--add", "max", "ned", db=db)

@@ -30,7 +30,6 @@ def grade_all(course, *args):
 
 
 @pytest.mark.slow          # it grades for real (grade-all --only, twice)
-@pytest.mark.xdist_group("postgres")
 def test_a_regrade_is_asked_regraded_and_answered(course_db):
     course, db = course_db
     course.chmod(0o755)        # the course folder's mode is the instructor's: no grading changes it

@@ -14,7 +14,7 @@ GOOD = (svc.TOY / "submissions/good.py").read_bytes()
 NO_ECHO = (svc.TOY / "submissions/no_echo.py").read_bytes()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=svc.DATABASES)
 def database(request, tmp_path):
     course = tmp_path / "course"
     course.mkdir()
@@ -39,7 +39,6 @@ def read(url: str, table) -> list[dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("postgres")   # test_daemon_scripts stops and starts the server these run on
 def test_kill_9_loses_nothing_and_grades_each_submission_once(database):
     course, db = database
     url = db or tables.default_url(course)
@@ -83,7 +82,6 @@ def test_kill_9_loses_nothing_and_grades_each_submission_once(database):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("postgres")
 def test_a_grading_the_grader_fails_is_tried_twice_then_shown_as_an_error(database, tmp_path):
     course, db = database
     assignment = tmp_path / "toy"

@@ -26,7 +26,7 @@ def grader(*args, db=None):
                           capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.xdist_group("postgres")
+@pytest.mark.slow          # it grades for real (the service's checks and hand-ins)
 def test_roster_and_extensions(course_db, tmp_path, monkeypatch):
     from pathlib import Path
     from nbgrader.api import Gradebook

@@ -11,7 +11,7 @@ GOOD = (svc.TOY / "submissions/good.py").read_bytes()
 QUOTA = 3
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+@pytest.fixture(scope="module", params=svc.DATABASES)
 def served(request, tmp_path_factory):
     course = tmp_path_factory.mktemp(f"uploads-{request.param}") / "course"
     course.mkdir()
@@ -34,7 +34,6 @@ def multipart(data: bytes, boundary: str) -> bytes:
             f"Content-Type: text/x-python\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
 
 
-@pytest.mark.xdist_group("postgres")    # test_daemon_scripts stops and starts the server these run on
 def test_a_form_around_the_file_is_refused_with_how_to_send_it(served):
     server, toks = served
     token = toks["uma"]
