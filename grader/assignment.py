@@ -98,7 +98,7 @@ class Assignment:
     functions: tuple[str, ...]
     reference: Path
     hidden_tests: Path
-    call_timeout_s: float
+    call_timeout_s: tuple[tuple[str, float], ...]   # what one call may take, by device
     time_budget_s: float
     template: Path | None = None             # the file students start from
     public_tests: Path | None = None         # the tests students get
@@ -108,6 +108,9 @@ class Assignment:
     protect: tuple[Path, ...] = ()           # more folders a submission must not read
     leaderboard: tuple[LeaderboardColumn, ...] = ()   # empty: the report carries no leaderboard
     visibility: str = "visible"              # [service]: what a check shows before the deadline
+
+    def call_timeout_on(self, device: str) -> float:
+        return dict(self.call_timeout_s)[device]
 
     def protected_paths(self) -> list[Path]:
         """Closed to the worker's uid: the solution, the hidden suites, the repository's
@@ -154,7 +157,7 @@ class Assignment:
                 id=meta["id"], title=meta.get("title", meta["id"]), folder=path.parent,
                 submission=meta["submission"], functions=tuple(meta["functions"]),
                 reference=(here / meta["reference"]).resolve(), hidden_tests=(here / meta["hidden_tests"]).resolve(),
-                call_timeout_s=float(meta.get("call_timeout_s", 60)),
+                call_timeout_s=_call_timeout(meta.get("call_timeout_s", 60), path),
                 time_budget_s=float(meta.get("time_budget_s", 900)),
                 template=at("template"), public_tests=at("public_tests"), corpus=at("corpus"),
                 worker_memory_bytes=int(meta["worker_memory_mb"]) << 20 if "worker_memory_mb" in meta else None,
@@ -228,6 +231,17 @@ def _budget(name: str, spec: dict, path: Path) -> tuple[tuple[str, float], ...]:
         raise AssignmentError(f"{path}: [rubric.{name}] budget_s must be a table of positive seconds by device "
                               f"({', '.join(DEVICES)}), such as {{ cpu = 4, cuda = 1.5 }}; it is {budget!r}")
     return tuple((device, float(v)) for device, v in budget.items())
+
+
+def _call_timeout(value, path: Path) -> tuple[tuple[str, float], ...]:
+    """`call_timeout_s`: seconds for every device, or a table giving each device its own."""
+    table = value if isinstance(value, dict) else dict.fromkeys(DEVICES, value)
+    if not (set(table) == set(DEVICES) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in table.values())):
+        raise AssignmentError(f"{path}: call_timeout_s must be positive seconds, or a table of them for "
+                              f"every device ({', '.join(DEVICES)}), such as {{ cpu = 30, cuda = 60 }}; "
+                              f"it is {value!r}")
+    return tuple((device, float(table[device])) for device in DEVICES)
 
 
 def _area(name: str, spec: dict, path: Path) -> Area:

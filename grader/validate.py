@@ -522,7 +522,7 @@ def _run(assignment, entries, device, out, drop_privileges, echo, reports_dir, h
         strays += files_left_by(uid if isinstance(uid, int) else None)
         row = judge(entry, report, cols, grade_error=error, device=device, leftovers=strays,
                     schema_problems=schema_problems(report) if report is not None else [],
-                    call_timeout_s=assignment.call_timeout_s, budgets=budgets_on(assignment, device))
+                    call_timeout_s=assignment.call_timeout_on(device), budgets=budgets_on(assignment, device))
         row.wall_s, row.report_path = wall, _rel(report_path)
         rows.append(row)
         echo(f"{prefix}: {summary_line(row)}")

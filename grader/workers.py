@@ -40,7 +40,8 @@ def confinement_for(assignment: Assignment, device: str, closed: list[Path], wan
 def started(module: Path, assignment: Assignment, device: str, conf: Confinement, roots: dict,
             budget: float = float("inf")) -> Submission:
     """A worker for `module`, spawned now: its imports overlap whatever the caller does next."""
-    worker = Submission(module, list(assignment.functions), device, conf, assignment.call_timeout_s, budget, **roots)
+    timeout = assignment.call_timeout_on(device)
+    worker = Submission(module, list(assignment.functions), device, conf, timeout, budget, **roots)
     worker.start()
     return worker
 

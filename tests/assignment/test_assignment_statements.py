@@ -147,7 +147,7 @@ def test_statement_says_every_graded_rule(assignment, name):
                    "`(offs < HD) & (slot >= 0)`", "test_slot_mapping_is_vectorised", "2,000,000",
                    "test_offsets_past_2_32_on_sparse_caches", "L1 提示与讲解"):
         assert needed in text, f"{name} does not mention {needed}"
-    assert str(assignment["assignment"]["call_timeout_s"]) in text
+    assert f'**{assignment["assignment"]["call_timeout_s"]["cuda"]} ' in text      # the H200's, which grades
 
 
 # What the statements used to say that is not graded, or names a file students do not have.

@@ -75,6 +75,25 @@ def test_a_disabled_leaderboard_is_still_checked(tmp_path):
         Assignment.load(tmp_path)
 
 
+def test_a_call_timeout_is_one_for_every_device_or_one_per_device(tmp_path):
+    write(tmp_path, "call_timeout_s = 45")
+    a = Assignment.load(tmp_path)
+    assert (a.call_timeout_on("cpu"), a.call_timeout_on("cuda")) == (45.0, 45.0)
+    write(tmp_path, "call_timeout_s = { cpu = 30, cuda = 60 }")
+    a = Assignment.load(tmp_path)
+    assert (a.call_timeout_on("cpu"), a.call_timeout_on("cuda")) == (30.0, 60.0)
+    l1 = Assignment.load(REPO / "assignment/l1_paged_kv_write")
+    assert l1.call_timeout_on("cpu") < l1.call_timeout_on("cuda")
+
+
+@pytest.mark.parametrize("value", ["{ cpu = 30 }", "{ cpu = 30, cuda = 60, tpu = 9 }", "{ cpu = 0, cuda = 60 }",
+                                   '"60"', "true"])
+def test_a_call_timeout_missing_a_device_or_not_seconds_is_refused(tmp_path, value):
+    write(tmp_path, f"call_timeout_s = {value}")
+    with pytest.raises(AssignmentError, match=r"call_timeout_s must be positive seconds, or a table of them for every"):
+        Assignment.load(tmp_path)
+
+
 def test_a_missing_key_is_still_named(tmp_path):
     path = write(tmp_path)
     path.write_text(path.read_text().replace('hidden_tests = "suite"\n', ""))
