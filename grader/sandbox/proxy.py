@@ -686,6 +686,7 @@ class Submission:
             self.last_counted = _counted(reply.get("counted"))
         if reply.get("poisoned"):
             self._discard(f"{name}: CUDA context poisoned")
+            self.start()           # as after a crash: its start overlaps the next test's inputs
         elif freeze:
             worker.freeze()
         err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
