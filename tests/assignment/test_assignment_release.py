@@ -128,7 +128,7 @@ def test_readme_installs_what_the_interpreter_needs(bundle):
 def test_bundle_statements_carry_the_curve(bundle):
     for name in ("statement.en.md", "statement.zh.md"):
         text = (bundle / name).read_text(encoding="utf-8")
-        assert "| 0.25 | 0.00 | 0.00 |" in text and "| 0.8 | 1.00 | 15.00 |" in text, name
+        assert "| 0.25 | 0.00 | 0.00 |" in text and "| 0.7 | 1.00 | 15.00 |" in text, name
 
 
 @pytest.mark.slow
@@ -243,7 +243,7 @@ def test_bench_mine_holds_the_graders_cases_curve_and_the_statements_figures(bun
     performance = assignment["rubric"]["performance"]
     assert bench.POINTS == performance["points"]
     assert [list(p) for p in bench.CURVE] == performance["curve"]
-    assert bench.credit(0.8) == 1.0 and bench.credit(0.25) == 0.0 and bench.credit(0.525) == 0.5
+    assert bench.credit(0.7) == 1.0 and bench.credit(0.25) == 0.0 and bench.credit(0.475) == 0.5
 
 
 @pytest.mark.slow
