@@ -2,6 +2,7 @@
 run of the quick adversarial submissions through the grader."""
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -422,3 +423,49 @@ def test_a_cheat_that_pays_under_weaker_isolation_is_shouted_about():
     assert not any("WARNING" in n for n in strong.notes)
     honest = v.judge(e, report(drop=False), CPU)
     assert honest.problems == [] and not any("WARNING" in n for n in honest.notes)
+
+
+# A uid outside the workers' pool (confine.UID_RANGE), so that no grading running beside owns it.
+STRANGER = 3_999_917
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making files of another uid needs root")
+def test_files_a_uid_left_are_found_where_it_could_have_written_them(tmp_path):
+    """Entries of the uid in a folder it may write are found (a folder of its own whole, not its
+    contents), below folders it may only enter too; a folder it may not enter is not looked into."""
+    def folder(path, mode, owner=0):
+        path.mkdir()
+        os.chown(path, owner, owner)
+        path.chmod(mode)
+        return path
+
+    def mine(path):
+        path.write_text("x")
+        os.chown(path, STRANGER, STRANGER)
+        return str(path)
+
+    root = folder(tmp_path / "root", 0o755)
+    open_ = folder(root / "open", 0o1777)
+    left = [mine(open_ / "file"), str(folder(open_ / "own", 0o700, STRANGER))]
+    mine(open_ / "own" / "inside")                                    # under its folder: not listed apart
+    deep = folder(folder(root / "enter-only", 0o711) / "open-again", 0o777)
+    left.append(mine(deep / "file"))
+    mine(folder(root / "closed", 0o700) / "file")                    # it could not have reached this
+    group = folder(root / "its-group", 0o770)
+    os.chown(group, 0, STRANGER)
+    left.append(mine(group / "file"))
+    assert sorted(v._owned_by(STRANGER, str(root))) == sorted(left)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making files of another uid needs root")
+def test_files_left_in_the_shared_tmp_are_named_and_removed():
+    import tempfile
+    planted = Path(tempfile.gettempdir()) / f"left-by-{STRANGER}-{os.getpid()}"
+    planted.write_text("x")
+    os.chown(planted, STRANGER, STRANGER)
+    try:
+        said = v.files_left_by(STRANGER)
+        assert any(str(planted) in line for line in said), said
+        assert not planted.exists()
+    finally:
+        planted.unlink(missing_ok=True)
