@@ -65,15 +65,15 @@ def descendants(root: int, table: dict[int, tuple[int, int]] | None = None) -> l
     return found
 
 
-def kill_tree(root: int, uid: int | None = None, within_s: float = KILL_WAIT_S) -> None:
-    """SIGKILL to root's descendants and, with `uid`, to every process of that uid, again and
+def kill_tree(root: int | None, uid: int | None = None, within_s: float = KILL_WAIT_S) -> None:
+    """SIGKILL to root's descendants (none for None) and, with `uid`, to every process of that uid, again and
     again until none of them is left alive, for at most `within_s`: a process forked mid-sweep
     is found by the next, and one still dying is waited for. Once it returns nothing of them
     writes any more, so their folders can be removed (three fixed sweeps left a child forked
     during the last one writing in a scratch folder being removed, which then survived)."""
     deadline = time.monotonic() + within_s
     while True:
-        victims = set(descendants(root))
+        victims = set(descendants(root)) if root is not None else set()
         if uid is not None:
             victims |= {pid for pid, (_, u) in proc_table().items() if u == uid}
         victims.discard(os.getpid())

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Callable
 
 from . import gpu_watch, logs, wire
 from .confine import Confinement
-from .processes import children_of, descendants, kill_tree, private_rss, proc_table, signal_all, stopped
+from .processes import descendants, kill_tree, private_rss, proc_table, signal_all, stopped
 
 # torch is imported where a tensor is first handled, not here: the worker is spawned before
 # that, so its own imports overlap the test process's (seconds each).
@@ -112,16 +112,20 @@ class _KeptMapped:
 
 
 def sweep_orphans(uid: int | None = None) -> None:
-    """Kill what daemonised out of a worker: as subreaper we inherited it."""
-    for pid in children_of(os.getpid()):
-        if pid not in LIVE:
+    """Kill what daemonised out of a worker: as subreaper we inherited it. With the workers' own
+    `uid`, what is theirs is what runs under it: our children under that uid, and, once no worker
+    is left, its processes wherever they are. Our other children are not a worker's (a test
+    process's multiprocessing helper was killed here, and relaunched with a warning). Without
+    one, every child of ours that is not a live worker."""
+    for pid, (ppid, owner) in proc_table().items():
+        if ppid == os.getpid() and pid not in LIVE and (uid is None or owner == uid):
             kill_tree(pid, None)
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
     if uid is not None and not LIVE:
-        kill_tree(os.getpid(), uid)
+        kill_tree(None, uid)
 
 
 def _signal_name(code: int) -> str:

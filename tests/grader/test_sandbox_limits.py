@@ -456,3 +456,31 @@ def test_a_workers_threads_are_frozen_between_its_calls():
         assert sub._worker.frozen, "the worker was not frozen after answering"
     finally:
         sub.close()
+
+
+@pytest.mark.slow
+def test_a_workers_daemon_goes_with_it_and_the_callers_own_children_stay():
+    """What a worker under its own uid leaves running (a double-forked daemon) is killed when the
+    worker stops; the calling process's other children (here a plain `sleep`, as a test process's
+    multiprocessing helper or a server it started) are not a worker's and keep running."""
+    import subprocess
+
+    from grader.sandbox.processes import alive, processes_of
+    bystander = subprocess.Popen(["sleep", "120"])
+    conf = Confinement.prepare("cpu", [])
+    assert conf.uid is not None, conf.reason
+    uid = conf.uid
+    sub = Submission(TOY / "daemon_and_memory.py", ["add_into"], torch.device("cpu"), conf, timeout=60)
+    try:
+        x = torch.zeros(4)
+        sub.add_into(x, torch.ones(4))
+        assert processes_of(uid), "the daemon should be running under the worker's uid"
+    finally:
+        sub.close()
+        conf.release()
+    try:
+        assert not processes_of(uid), f"left running under uid {uid}: {processes_of(uid)}"
+        assert alive(bystander.pid), "the caller's own child was killed with the worker"
+    finally:
+        bystander.kill()
+        bystander.wait()
