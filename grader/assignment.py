@@ -224,10 +224,14 @@ def _known(table, keys: set[str] | None, where: str, path: Path) -> dict:
     return table
 
 
+def _seconds(value) -> bool:
+    """A positive number of seconds (TOML's true is no number)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
 def _budget(name: str, spec: dict, path: Path) -> tuple[tuple[str, float], ...]:
     budget = spec.get("budget_s", {})
-    if not (isinstance(budget, dict) and set(budget) <= set(DEVICES) and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in budget.values())):
+    if not (isinstance(budget, dict) and set(budget) <= set(DEVICES) and all(map(_seconds, budget.values()))):
         raise AssignmentError(f"{path}: [rubric.{name}] budget_s must be a table of positive seconds by device "
                               f"({', '.join(DEVICES)}), such as {{ cpu = 4, cuda = 1.5 }}; it is {budget!r}")
     return tuple((device, float(v)) for device, v in budget.items())
@@ -236,8 +240,7 @@ def _budget(name: str, spec: dict, path: Path) -> tuple[tuple[str, float], ...]:
 def _call_timeout(value, path: Path) -> tuple[tuple[str, float], ...]:
     """`call_timeout_s`: seconds for every device, or a table giving each device its own."""
     table = value if isinstance(value, dict) else dict.fromkeys(DEVICES, value)
-    if not (set(table) == set(DEVICES) and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in table.values())):
+    if not (set(table) == set(DEVICES) and all(map(_seconds, table.values()))):
         raise AssignmentError(f"{path}: call_timeout_s must be positive seconds, or a table of them for "
                               f"every device ({', '.join(DEVICES)}), such as {{ cpu = 30, cuda = 60 }}; "
                               f"it is {value!r}")

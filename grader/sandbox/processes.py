@@ -47,10 +47,6 @@ def proc_table() -> dict[int, tuple[int, int]]:
     return table
 
 
-def children_of(pid: int) -> list[int]:
-    return [p for p, (ppid, _) in proc_table().items() if ppid == pid]
-
-
 def descendants(root: int, table: dict[int, tuple[int, int]] | None = None) -> list[int]:
     """`table`: a proc_table() already read, for a caller that needs it for more than this."""
     table = proc_table() if table is None else table

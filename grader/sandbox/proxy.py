@@ -111,19 +111,24 @@ class _KeptMapped:
                 self.sub._request(self.worker, self.name, {"op": "release"})
 
 
+def _orphans(table: dict[int, tuple[int, int]], uid: int | None) -> list[int]:
+    """Children of ours that are no live worker: what daemonised out of one (as subreaper we
+    inherit it). Under the workers' own `uid` only that uid's are theirs: our other children (a
+    test process's multiprocessing helper) are not, and were killed and frozen as if they were.
+    Without one, every such child."""
+    me = os.getpid()
+    return [p for p, (ppid, owner) in table.items() if ppid == me and p not in LIVE and (uid is None or owner == uid)]
+
+
 def sweep_orphans(uid: int | None = None) -> None:
-    """Kill what daemonised out of a worker: as subreaper we inherited it. With the workers' own
-    `uid`, what is theirs is what runs under it: our children under that uid, and, once no worker
-    is left, its processes wherever they are. Our other children are not a worker's (a test
-    process's multiprocessing helper was killed here, and relaunched with a warning). Without
-    one, every child of ours that is not a live worker."""
-    for pid, (ppid, owner) in proc_table().items():
-        if ppid == os.getpid() and pid not in LIVE and (uid is None or owner == uid):
-            kill_tree(pid, None)
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    """Kill what daemonised out of a worker, and with `uid`, once no worker is left, that uid's
+    processes wherever they are."""
+    for pid in _orphans(proc_table(), uid):
+        kill_tree(pid, None)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     if uid is not None and not LIVE:
         kill_tree(None, uid)
 
@@ -189,9 +194,8 @@ class Worker:
         """The worker and everything it started: its uid's processes where that uid is its own,
         and orphans of ours that daemonised out of it (as subreaper we inherit them)."""
         table = proc_table()          # one scan of /proc: this runs twice per call
-        orphans = [p for p, (ppid, _) in table.items() if ppid == os.getpid() and p not in LIVE]
         pids = set()
-        for root in (self.proc.pid, *orphans):
+        for root in (self.proc.pid, *_orphans(table, self.conf.uid)):
             pids |= {root, *descendants(root, table)}
         if self.conf.uid is not None:
             pids |= {p for p, (_, uid) in table.items() if uid == self.conf.uid}

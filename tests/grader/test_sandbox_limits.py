@@ -460,12 +460,13 @@ def test_a_workers_threads_are_frozen_between_its_calls():
 
 @pytest.mark.slow
 def test_a_workers_daemon_goes_with_it_and_the_callers_own_children_stay():
-    """What a worker under its own uid leaves running (a double-forked daemon) is killed when the
-    worker stops; the calling process's other children (here a plain `sleep`, as a test process's
-    multiprocessing helper or a server it started) are not a worker's and keep running."""
+    """What a worker under its own uid leaves running (a double-forked daemon) is killed when it
+    stops; the calling process's other children (here a plain `sleep`, as a test process's
+    multiprocessing helper or a server it started) are not a worker's: not frozen with it
+    between calls, and still running after."""
     import subprocess
 
-    from grader.sandbox.processes import alive, processes_of
+    from grader.sandbox.processes import alive, processes_of, stopped
     bystander = subprocess.Popen(["sleep", "120"])
     conf = Confinement.prepare("cpu", [])
     assert conf.uid is not None, conf.reason
@@ -475,6 +476,7 @@ def test_a_workers_daemon_goes_with_it_and_the_callers_own_children_stay():
         x = torch.zeros(4)
         sub.add_into(x, torch.ones(4))
         assert processes_of(uid), "the daemon should be running under the worker's uid"
+        assert not stopped(bystander.pid), "the caller's own child was frozen with the worker"
     finally:
         sub.close()
         conf.release()
