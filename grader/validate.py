@@ -175,10 +175,14 @@ def area_seconds(report: dict, *, without_timeouts: bool = False, without_waits:
     return seconds
 
 
-def over_budget(entry: Entry, report: dict, budgets: dict[str, float], call_timeout_s: float) -> list[str]:
+def over_budget(entry: Entry, report: dict, budgets: dict[str, float], call_timeout_s: float,
+                unmeasured: set[str] = frozenset()) -> list[str]:
     """The reference within each area's budget; any other entry within BUDGET_TIMES times it
     and one call's timeout (a wrong answer must not keep the grader much longer: a timing loop
-    ends once its verdict is certain), tests that ended at a timeout aside."""
+    ends once its verdict is certain), tests that ended at a timeout aside. An area `unmeasured`
+    (no quiet window came: the grading is to be regraded) is judged neither way, its seconds
+    included: its measurements were made again beside foreign work, up to gpu_quiet's bounds."""
+    budgets = {a: b for a, b in budgets.items() if a not in unmeasured}
     if entry.kind == "reference":
         spent = area_seconds(report, without_waits=True)
         return [f"the reference spent {spent[a]:.1f} s in {a} (waits for its neighbours aside), over its "
@@ -275,7 +279,8 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
     row.seconds = {a: round(x, 2) for a, x in area_seconds(report, without_waits=True).items()}
     row.waited = {a: round(x - row.seconds.get(a, 0.0), 2) for a, x in area_seconds(report).items()}
     if budgets:
-        row.problems += over_budget(entry, report, budgets, call_timeout_s or 0.0)
+        row.problems += over_budget(entry, report, budgets, call_timeout_s or 0.0,
+                                    unmeasured={a for a, c in row.cells.items() if c == "n/m"})
     if report_reader.problem(report):
         row.notes.append(str(report_reader.problem(report))[:200])
     return row

@@ -17,7 +17,7 @@ ASSIGNMENT = Assignment.load(REPO / "assignment" / "l1_paged_kv_write")
 CPU = v.columns(ASSIGNMENT, "cpu")
 
 
-def report(seconds: dict[str, float], timeouts=(), waits: dict[str, float] | None = None):
+def report(seconds: dict[str, float], timeouts=(), waits: dict[str, float] | None = None, unmeasured=()):
     """Every test passed; area a's two tests took seconds[a] between them (0.1 s elsewhere);
     an area in `timeouts` has its second test end at a call's timeout; in an area of `waits`,
     its first test waited that long for its neighbours on the GPU (its turn, then a quiet window)."""
@@ -26,7 +26,8 @@ def report(seconds: dict[str, float], timeouts=(), waits: dict[str, float] | Non
         each = seconds.get(name, 0.1) / 2
         waited = (waits or {}).get(name)
         results += [TestResult(f"test_{name}.py::t{i}", name, "contract",
-                               "timeout" if (i and name in timeouts) else "passed", duration_s=each,
+                               "timeout" if (i and name in timeouts) else
+                               "not_measured" if name in unmeasured else "passed", duration_s=each,
                                figures={"gpu_turn_wait_s": waited * 0.75, "gpu_quiet_wait_s": waited * 0.25}
                                if (waited and not i) else None)
                     for i in range(2)]
@@ -62,6 +63,16 @@ def test_waiting_for_the_neighbours_on_a_shared_gpu_is_not_the_gradings_own_cost
                    budgets=BUDGETS, call_timeout_s=60)
     assert [p for p in over.problems if "spent 5.0 s in write" in p], over.problems
     assert "waited 9.00 s" in v.budget_table([row], BUDGETS)
+
+
+def test_an_area_not_measured_is_judged_neither_way_its_seconds_included():
+    """No quiet window came (foreign work on the GPU): the grading is regraded, and the area's
+    measurements, made again beside that work, are not its cost. The other areas still count."""
+    busy = v.judge(entry("reference", "reference"), report({"write": 9.0, "slot_mapping": 2.5}, unmeasured={"write"}),
+                   CPU, budgets=BUDGETS, call_timeout_s=60)
+    assert busy.cells["write"] == "n/m"
+    assert [p for p in busy.problems if "budget" in p] == [
+        "the reference spent 2.5 s in slot_mapping (waits for its neighbours aside), over its budget of 2 s"]
 
 
 def test_another_entry_may_cost_three_budgets_and_one_timeout_and_no_more():
