@@ -370,7 +370,7 @@ def _service_roster(course: Course, db: str | None, deadline: str | None):
         return None
     try:
         from .service import roster
-        from .service.serve import parse_deadline
+        from .service.store import parse_deadline
     except ImportError:
         return None
     import sqlalchemy as sa

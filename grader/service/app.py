@@ -115,14 +115,7 @@ def _file(service: Service, request: Request) -> Response:
     """Exactly the bytes that were filed, under the assignment's file name."""
     who = _who(service, request)
     row = _owned(service, who, request)
-    return file_response(service, row)
-
-
-def file_response(service: Service, row: dict) -> Response:
-    data = service.store.data(row["id"])
-    return Response(data, media_type="text/x-python; charset=utf-8", headers={
-        "Content-Disposition": f'attachment; filename="{service.assignment.submission}"',
-        "X-Content-SHA256": row["sha256"], "Cache-Control": "no-store"})
+    return views.file_response(service, row)
 
 
 def _owned(service: Service, who: Identity, request: Request) -> dict:

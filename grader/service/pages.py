@@ -530,8 +530,7 @@ def submission_file(request: Request) -> Response:
         row = None
     if row is None or (who.student is not None and row["student"] != who.student):
         return plain_error(404, "no such submission")
-    from .app import file_response
-    return file_response(service, row)
+    return views.file_response(service, row)
 
 
 async def activate(request: Request) -> Response:

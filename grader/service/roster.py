@@ -17,7 +17,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from ..course import gradebook_url
-from .store import default_url, iso, open_for_command, Store, StoreUnavailable
+from .store import default_url, iso, open_for_command, parse_deadline, Store, StoreUnavailable
 
 COLUMNS = ("student", "token", "gradebook", "deadline", "extension", "state", "latest_check", "latest_check_at",
            "latest_check_score", "counted_hand_in", "counted_at", "counted_late", "counted_sha256",
@@ -120,7 +120,6 @@ def service_rows(root: Path, db: str | None, deadline: datetime.datetime | None)
 
 # -- grader extend ----------------------------------------------------------------------------
 def extend_main(args) -> int:
-    from .serve import parse_deadline
     from .tokens import valid_student
     root = Path(args.course)
     if not root.is_dir():

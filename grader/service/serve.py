@@ -10,21 +10,9 @@ from pathlib import Path
 from ..assignment import Assignment, AssignmentError
 from ..course import Course
 from ..course_lock import CourseBusy, CourseLock, LockUnavailable
+from .store import parse_deadline
 
 LOCK_NAME = ".grade-service.lock"
-
-
-def parse_deadline(text: str | None) -> datetime.datetime | None:
-    """The deadline as naive UTC (the store's times); ValueError says what is wrong with it."""
-    if not text:
-        return None
-    try:
-        t = datetime.datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise ValueError(f"--deadline {text!r} is not an ISO-8601 time (e.g. 2026-03-01T23:59:00+01:00)") from None
-    if t.tzinfo is not None:
-        t = t.astimezone(datetime.timezone.utc)
-    return t.replace(tzinfo=None)
 
 
 def parse_zone(text: str | None, deadline_text: str | None) -> datetime.tzinfo:

@@ -117,6 +117,19 @@ def iso(t: datetime.datetime | None) -> str | None:
     return None if t is None else t.replace(tzinfo=datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+def parse_deadline(text: str | None) -> datetime.datetime | None:
+    """The deadline as naive UTC (the store's times); ValueError says what is wrong with it."""
+    if not text:
+        return None
+    try:
+        t = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"--deadline {text!r} is not an ISO-8601 time (e.g. 2026-03-01T23:59:00+01:00)") from None
+    if t.tzinfo is not None:
+        t = t.astimezone(datetime.timezone.utc)
+    return t.replace(tzinfo=None)
+
+
 def default_url(course_root: Path) -> str:
     return f"sqlite:///{Path(course_root).resolve() / 'service.db'}"
 

@@ -13,8 +13,14 @@ parse, it is not UTF-8) is said at every level: it is about the file, not about 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+from starlette.responses import Response
 
 from .. import feedback
+
+if TYPE_CHECKING:
+    from .intake import Service
 
 
 def shown(report: dict, student: str, visibility: str, past_deadline: bool) -> str:
@@ -40,3 +46,10 @@ def _score_line(report: dict) -> str:
 
 def _escape(s: str) -> str:
     return re.sub(r"([\\`*\[\]<])", r"\\\1", " ".join(s.split()))
+
+
+def file_response(service: Service, row: dict) -> Response:
+    data = service.store.data(row["id"])
+    return Response(data, media_type="text/x-python; charset=utf-8", headers={
+        "Content-Disposition": f'attachment; filename="{service.assignment.submission}"',
+        "X-Content-SHA256": row["sha256"], "Cache-Control": "no-store"})
