@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.h200_checks import make_class  # noqa: E402
 from bench.service_burst import send_all, start_service  # noqa: E402
-from grader import report_reader  # noqa: E402
+from grader.grading import report_reader  # noqa: E402
 from grader.assignment import Assignment  # noqa: E402
-from grader.course import Course  # noqa: E402
+from grader.course.folder import Course  # noqa: E402
 
 SLOT_MAPPING_WRONG = ["wrong/slot_mapping_python_loop", "wrong/slot_mapping_tolist_comprehension",
                       "wrong/slot_mapping_loop_memoised", "wrong/slot_mapping_row_gather",

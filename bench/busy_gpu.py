@@ -30,10 +30,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grader import gpu_load, report_reader  # noqa: E402
+from grader.gpu import load as gpu_load  # noqa: E402
+from grader.grading import report_reader  # noqa: E402
 from grader.assignment import Assignment  # noqa: E402
-from grader.corpus import load_corpus  # noqa: E402
-from grader.course import Course  # noqa: E402
+from grader.validate.corpus import load_corpus  # noqa: E402
+from grader.course.folder import Course  # noqa: E402
 
 REFERENCE = ROOT / "reference" / "l1_paged_kv_write.py"
 

@@ -5,13 +5,13 @@ does a busy GPU cost anyone a point? The checks behind docs/instructor.md's "Eve
                               [--runs one all busy] [--jobs-per-gpu J] [--deadline 270] [--out DIR]
 
 The class: N distinct reference copies (default 24) and, unless --no-corpus, the corpus's wrong
-and right entries that apply on the GPU (grader/corpus.py), interleaved so that a run its
+and right entries that apply on the GPU (grader/validate/corpus.py), interleaved so that a run its
 deadline cuts short has graded a like share of each. Each run grades a fresh copy of it with
 `python -m grader grade-all --device cuda`, within --deadline seconds, stopping it and letting its
 processes leave the GPUs included (a run stopped counts what finished):
   one:  on the first visible GPU alone (CUDA_VISIBLE_DEVICES=<it>);
-  all:  on every visible GPU, with grade-all's own slots (grader/machines.py);
-  busy: (--busy) on every visible GPU again, with a copy loop (grader/gpu_load.py) on the last.
+  all:  on every visible GPU, with grade-all's own slots (grader/gpu/machines.py);
+  busy: (--busy) on every visible GPU again, with a copy loop (grader/gpu/load.py) on the last.
 Per run it prints and writes: gradings a minute; per GPU how many gradings ran on it (each
 report's extra_data.instructor.gpu), its peak memory above idle (NVML, every 50 ms), how many
 were not measured (regrade), how many reference copies lost a point (bench/busy_gpu.verdict),
@@ -49,10 +49,11 @@ sys.path.insert(0, str(ROOT))
 
 from bench.busy_gpu import time_went, verdict  # noqa: E402
 from bench.h200_checks import MemorySampler, bounded, make_class  # noqa: E402
-from grader import gpu_load, machines, report_reader  # noqa: E402
+from grader.gpu import load as gpu_load, machines  # noqa: E402
+from grader.grading import report_reader  # noqa: E402
 from grader.assignment import Assignment  # noqa: E402
-from grader.corpus import Entry, load_corpus  # noqa: E402
-from grader.course import Course  # noqa: E402
+from grader.validate.corpus import Entry, load_corpus  # noqa: E402
+from grader.course.folder import Course  # noqa: E402
 
 EPS = 1e-6
 STOP_S = 15.0           # a run past its deadline: how long grade-all may take to end its gradings,
@@ -94,9 +95,9 @@ def gpu_table() -> list[dict]:
 
 
 def slot_plan(env: dict[str, str] | None, jobs: int | None) -> dict[str, int]:
-    """Slots per GPU as grade-all plans them in `env` (grader/machines.py), asked of a child
+    """Slots per GPU as grade-all plans them in `env` (grader/gpu/machines.py), asked of a child
     process: this one's CUDA saw every GPU when it started."""
-    code = ("import collections, json, sys; from grader import machines; from grader.assignment import Assignment; "
+    code = ("import collections, json, sys; from grader.gpu import machines; from grader.assignment import Assignment; "
             "b = Assignment.find(None).grading_gpu_bytes; j = int(sys.argv[1]) or machines.default_jobs('cuda', b); "
             "print(json.dumps(collections.Counter(e.get('CUDA_VISIBLE_DEVICES', '?') for e in machines.slots('cuda', j, b))))")
     got = subprocess.run([sys.executable, "-c", code, str(jobs or 0)], cwd=ROOT, env=env, capture_output=True, text=True)

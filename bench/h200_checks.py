@@ -39,10 +39,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.busy_gpu import time_went, timing_windows, verdict  # noqa: E402
-from grader import report_reader  # noqa: E402
+from grader.grading import report_reader  # noqa: E402
 from grader.assignment import Assignment  # noqa: E402
-from grader.course import Course  # noqa: E402
-from grader.validate import area_seconds  # noqa: E402
+from grader.course.folder import Course  # noqa: E402
+from grader.validate.matrix import area_seconds  # noqa: E402
 
 REFERENCE = ROOT / "reference" / "l1_paged_kv_write.py"
 

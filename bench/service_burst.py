@@ -30,11 +30,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grader import report_reader  # noqa: E402
+from grader.grading import report_reader  # noqa: E402
 from grader.assignment import Assignment  # noqa: E402
-from grader.corpus import load_corpus  # noqa: E402
-from grader.course import Course  # noqa: E402
-from grader.submit_client import Api, ClientError  # noqa: E402
+from grader.validate.corpus import load_corpus  # noqa: E402
+from grader.course.folder import Course  # noqa: E402
+from grader.service.submit_client import Api, ClientError  # noqa: E402
 
 POLL_S = 0.5
 
@@ -144,7 +144,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=1800, help="seconds one check may take from submit to report")
     ap.add_argument("--out", default="build/service_burst.json")
     args = ap.parse_args()
-    from grader.machines import default_jobs, resolve_device
+    from grader.gpu.machines import default_jobs, resolve_device
     device = resolve_device(args.device)
     assignment = Assignment.find(None)
     args.jobs = args.jobs or default_jobs(device, assignment.grading_gpu_bytes)

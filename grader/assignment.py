@@ -102,7 +102,7 @@ class Assignment:
     time_budget_s: float
     template: Path | None = None             # the file students start from
     public_tests: Path | None = None         # the tests students get
-    corpus: Path | None = None               # what `validate` grades (grader/corpus.py)
+    corpus: Path | None = None               # what `validate` grades (grader/validate/corpus.py)
     worker_memory_bytes: int | None = None   # None: the confinement's default
     grading_gpu_bytes: int | None = None     # the most GPU memory one grading uses at once
     protect: tuple[Path, ...] = ()           # more folders a submission must not read

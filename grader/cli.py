@@ -9,12 +9,12 @@ import sys
 import time
 from pathlib import Path
 
-from .report import terminal_table
+from .grading.report import terminal_table
 from .assignment import Assignment, AssignmentError
 from .files import cannot_write
-from .machines import DeviceUnavailable, resolve_device
-from .grade_one import grade, process_age
-from .warm import HOST_ENV
+from .gpu.machines import DeviceUnavailable, resolve_device
+from .grading.grade_one import grade, process_age
+from .warm.hosts import HOST_ENV
 
 
 def _fail(message: str) -> int:
@@ -57,13 +57,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="keep the GPU's memory busy with a copy loop of another process meanwhile (GPU "
                         "only): scores must not move, and a timing is full or not measured")
     v.add_argument("--reports-dir", help=argparse.SUPPRESS)     # where --jobs puts each entry's report
-    from . import grade_all, similarity_report, summary
+    from .course import grade_all
+    from .summary import similarity_report, page as summary
     from .service import cli as service
     grade_all.add_parser(sub)   # grade-all
     summary.add_parser(sub)     # summary
     similarity_report.add_parser(sub)   # similarity
     service.add_parsers(sub)    # serve and tokens: the grading service (docs/service.md)
-    from . import submit_client
+    from .service import submit_client
     submit_client.add_parsers(sub, prefix="submit-")   # submit, submit-status, -history, -download, -regrade
     args = ap.parse_args(argv)
     if args.command in ("submit", "submit-status", "submit-history", "submit-download", "submit-regrade"):
@@ -71,10 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("grade-all", "summary", "similarity", "serve", "tokens", "hand-ins", "extend"):
         return args.run(args)
     if args.command == "validate":
-        from .validate import main as validate
+        from .validate.matrix import main as validate
         return validate(args)
 
-    from .leftovers import PARENT_ENV, die_with_parent
+    from .warm.leftovers import PARENT_ENV, die_with_parent
     die_with_parent(os.environ.pop(PARENT_ENV, None))       # a grading of grade-all's, or of a cluster task's
     try:
         assignment = Assignment.find(args.assignment)

@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from grader.assignment import Assignment  # noqa: E402
-from grader.corpus import load_corpus  # noqa: E402
+from grader.validate.corpus import load_corpus  # noqa: E402
 
 # One right/ entry per family of edits of one file; the others of a family are left out
 # (autotune_restore_value is autotune_configs plus one argument, compiled_wrapper and

@@ -26,11 +26,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grader import report_reader  # noqa: E402
+from grader.grading import report_reader  # noqa: E402
 from grader.assignment import Assignment  # noqa: E402
-from grader.course import Course  # noqa: E402
-from grader.corpus import EPS, load_corpus  # noqa: E402
-from grader.validate import area_passed, columns  # noqa: E402
+from grader.course.folder import Course  # noqa: E402
+from grader.validate.corpus import EPS, load_corpus  # noqa: E402
+from grader.validate.matrix import area_passed, columns  # noqa: E402
 
 
 def build(out: Path, assignment: Assignment, reference_copies: int) -> dict[str, dict]:

@@ -86,7 +86,7 @@ no_grade() {
         "$say" "$1" > "$RESULTS"
 }
 cd "$ROOT/source" || { no_grade "its source folder is missing"; exit 0; }
-# The grader applies the hand-in rule every way in shares (grader/submission_file.py): the
+# The grader applies the hand-in rule every way in shares (grader/grading/submission_file.py): the
 # file named $FILE exactly; a link, a folder or a misnamed file gets 0 points and says why.
 # Links are copied as links, never followed: as root, following one would grade whatever it
 # names (the reference, a classmate's file). The grader's own check then refuses it.

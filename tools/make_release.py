@@ -7,7 +7,7 @@ submit, both statements, the public tests as tests/, bench_mine.py (from the
 public tests' folder) beside them, the performance figures the statements cite
 as performance.md (docs/performance.md, with the names of the course's own
 scripts taken out), the grading service's client as submit.py
-(grader/submit_client.py, standard library only, copied as it is), a Makefile
+(grader/service/submit_client.py, standard library only, copied as it is), a Makefile
 and a README.
 Only files named here are copied, so nothing of the reference, the hidden
 tests, the corpus or the grader can leak in; and no file the bundle lacks is
@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 
 from grader.assignment import Assignment  # noqa: E402
 STATEMENTS = ("statement.en.md", "statement.zh.md")
-CLIENT = REPO / "grader" / "submit_client.py"
+CLIENT = REPO / "grader" / "service" / "submit_client.py"
 PERFORMANCE = REPO / "docs" / "performance.md"
 BENCH = "bench_mine.py"                 # in the public tests' folder; shipped at the bundle's top
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")

@@ -1,7 +1,10 @@
 """Run untrusted submissions in a separate, confined process.
 
 The names below load on first use (PEP 562), so that the grader's own process can use
-`confine` without importing torch, which only the test process and the workers need."""
+`confine` without importing torch, which only the test process and the workers need.
+
+May import: the core (files).
+Used by: every other package: gpu/ (NVML), warm/ and grading/ (the workers), and what grades."""
 from importlib import import_module
 
 _FROM = {"Confinement": "confine", "SandboxFailure": "proxy", "Submission": "proxy",

@@ -168,7 +168,7 @@ class Confinement:
     def close_paths(self, paths: list[Path]) -> None:
         """Close these paths to the worker's uid (mode 0700 for the grader's user alone). Before
         the worker imports the submission: a worker started ahead (a grading host's spare,
-        grader/warm_host.py) gets its grading's paths closed when the grading takes it."""
+        grader/grading/warm_host.py) gets its grading's paths closed when the grading takes it."""
         if self.uid is None:
             return
         for path in map(Path, paths):

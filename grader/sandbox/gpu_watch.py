@@ -3,7 +3,7 @@
 A worker synchronises the whole device before it answers, and is frozen (SIGSTOP) until its
 next call. SIGSTOP stops threads, not kernels: work launched after that synchronise (from a
 thread, or a child process with a context of its own) runs on while the worker is frozen, and
-every neighbouring grading's timing waits on it (gpu_quiet.py only sees it, and waits). So while
+every neighbouring grading's timing waits on it (grader/gpu/quiet.py only sees it, and waits). So while
 a worker is frozen, NVML's per-process samples of its processes are read here; one seen using the
 GPU well after it was frozen is killed with its tree, which ends its CUDA contexts and the work
 queued on them. Its next call then fails with the reason (`Worker.death`): the test in flight is

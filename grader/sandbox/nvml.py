@@ -1,7 +1,7 @@
 """NVML, where the GPU says which processes used it: the one place the grader opens it.
 
 Both readers of per-process utilisation go through here: the quiet timing windows
-(grader/gpu_quiet.py), which wait for foreign work to end, and the watch on frozen workers
+(grader/gpu/quiet.py), which wait for foreign work to end, and the watch on frozen workers
 (gpu_watch.py), which ends a worker whose GPU work outlives its call.
 """
 from __future__ import annotations

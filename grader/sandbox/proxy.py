@@ -206,7 +206,7 @@ class Worker:
         """Stop every thread of the worker's tree between its calls: a thread the submission
         started (at import, or left running after answering) launches nothing on the GPU while
         the grader, or a neighbouring grading, is not calling it. Kernels already queued still
-        run to their end; a timing window waits for the GPU to be quiet (gpu_quiet.py)."""
+        run to their end; a timing window waits for the GPU to be quiet (grader/gpu/quiet.py)."""
         if self.frozen or self.proc.poll() is not None:
             return
         self._take_idle()

@@ -16,4 +16,8 @@
     protocol.py  uvicorn's h11 protocol, answering unreadable requests in JSON (limits.py: the sizes)
     cli.py       the command lines of serve, tokens, hand-ins and extend (parsed without importing the rest)
     serve.py     serve itself: settings, the lock on the course, uvicorn
+    submit_client.py  the student's side: `grader submit`, standard library only (the release copies it as it is)
+
+May import: the core (assignment, files), sandbox/, gpu/, warm/, grading/, course/.
+Used by: summary/ (the roster on the class page) and the command line.
 """

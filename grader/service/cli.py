@@ -3,7 +3,7 @@ parses every subcommand, and must not import the service's web and database stac
 (a student's environment has neither)."""
 from __future__ import annotations
 
-from ..course import course_folder
+from ..course.folder import course_folder
 
 SERVE = ("The grading service for one assignment of one course (docs/service.md): students send checks and "
          "hand-ins over HTTP, graded as grade-all grades. One service per course.")
@@ -44,7 +44,7 @@ def _serve_parser(sub) -> None:
                    help="local: gradings as subprocesses here (default); slurm: each grading one Slurm task, "
                         "--jobs of them at once (the course folder on a filesystem the nodes share, "
                         "docs/cluster.md)")
-    from ..grade_all import add_slurm_options
+    from ..course.grade_all import add_slurm_options
     add_slurm_options(p)
     p.set_defaults(run=_serve)
 

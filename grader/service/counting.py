@@ -13,7 +13,7 @@ import datetime
 import sys
 from pathlib import Path
 
-from ..course import Course
+from ..course.folder import Course
 from . import hand_in
 from .store import default_url, iso, open_for_command, Store, StoreUnavailable
 

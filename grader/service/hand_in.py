@@ -16,8 +16,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..course import Course
-from ..submission_file import TIMESTAMP
+from ..course.folder import Course
+from ..grading.submission_file import TIMESTAMP
 
 NBGRADER_FORMAT = "%Y-%m-%d %H:%M:%S.%f %Z"     # nbgrader's default timestamp_format, in UTC
 AT_FDCWD = -100

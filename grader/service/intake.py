@@ -12,8 +12,8 @@ import datetime
 import math
 from dataclasses import dataclass, field
 
-from .. import submission_file
-from ..course import Course
+from ..grading import submission_file
+from ..course.folder import Course
 from . import hand_in
 from .store import QuotaExceeded, Store, now
 from .guard import FAILURES, Blocked, LoginGuard

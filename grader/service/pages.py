@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from ..course import SUMMARY
+from ..course.folder import SUMMARY
 from . import counting, guard, intake, regrades, roster, tokens, views
 from .intake import Service, filed_feedback
 from .store import FILED

@@ -1,7 +1,7 @@
 """The service's gradings: one worker thread per slot, each taking the next submission from the
 store's round-robin queue and grading it exactly as grade-all does, through batch.Runner (one
 `python -m grader grade` process with its sandbox) in a slot of a machines.SlotPool (with a warm
-host per slot, grader/warm.py), or as one task of grade-all's Slurm executor (cluster.py) on a
+host per slot, grader/warm/hosts.py), or as one task of grade-all's Slurm executor (cluster.py) on a
 node. Nothing here grades: it only feeds the engine and files what comes back.
 
 A grading that yields no report is the grader's failure, not the student's (a student's crash,
@@ -16,11 +16,11 @@ import threading
 import traceback
 from pathlib import Path
 
-from .. import report_reader
-from ..batch import Job, Runner
-from ..course import Course
-from ..machines import SlotPool
-from ..warm import HostProcess
+from ..grading import report_reader
+from ..course.batch import Job, Runner
+from ..course.folder import Course
+from ..gpu.machines import SlotPool
+from ..warm.hosts import HostProcess
 from .store import Claim, Store
 
 WORKER_NICE = 10         # gradings yield the CPU to the front door: status requests stay fast

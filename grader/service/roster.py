@@ -16,7 +16,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from ..course import gradebook_url
+from ..course.folder import gradebook_url
 from .store import default_url, iso, open_for_command, parse_deadline, Store, StoreUnavailable
 
 COLUMNS = ("student", "token", "gradebook", "deadline", "extension", "state", "latest_check", "latest_check_at",

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from ..assignment import Assignment, AssignmentError
-from ..course import Course
-from ..course_lock import CourseBusy, CourseLock, LockUnavailable
+from ..course.folder import Course
+from ..course.lock import CourseBusy, CourseLock, LockUnavailable
 from .store import parse_deadline
 
 LOCK_NAME = ".grade-service.lock"
@@ -41,10 +41,10 @@ def parse_zone(text: str | None, deadline_text: str | None) -> datetime.tzinfo:
 
 
 def main(args) -> int:
-    from ..batch import default_timeout
-    from ..leftovers import sweep
-    from ..machines import DeviceUnavailable, default_jobs, resolve_device
-    from ..grade_all import check_slurm_options
+    from ..course.batch import default_timeout
+    from ..warm.leftovers import sweep
+    from ..gpu.machines import DeviceUnavailable, default_jobs, resolve_device
+    from ..course.grade_all import check_slurm_options
     try:
         check_slurm_options(args)
     except ValueError as exc:
@@ -60,7 +60,7 @@ def main(args) -> int:
     if not root.is_dir():
         return _fail(f"no course folder at {root}")
     if args.executor == "slurm":
-        from ..grade_all import slurm_batch
+        from ..course.grade_all import slurm_batch
         try:       # made once here, so that a cluster that cannot take the gradings is said at start
             device = slurm_batch(args, Course(root, assignment), 60.0).device
         except ValueError as exc:
@@ -113,7 +113,7 @@ def _serve(args, course: Course, device: str, jobs: int, deadline, zone, default
     timeout_s = args.timeout or default_timeout(course)
     cluster = None
     if args.executor == "slurm":
-        from ..grade_all import slurm_batch
+        from ..course.grade_all import slurm_batch
         cluster = lambda folder: slurm_batch(args, course, timeout_s, folder=folder)    # noqa: E731
     graders = Graders(course, store, device, jobs, timeout_s, warm=not args.cold, say=_say, cluster=cluster)
     if graders.note:

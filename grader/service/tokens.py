@@ -23,7 +23,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from ..course import gradebook_url
+from ..course.folder import gradebook_url
 from .store import default_url, now, open_for_command, sessions, Store, StoreUnavailable, tokens
 
 # A student id names a folder of the course (submitted/<student>/): nbgrader's ids, no path in them.

@@ -1,4 +1,4 @@
-"""What a student may see of a report: feedback.md as grade-all writes it (grader/feedback.py,
+"""What a student may see of a report: feedback.md as grade-all writes it (grader/course/feedback.py,
 made only of the report's student-facing parts), cut down before the deadline to the
 assignment's `[service] visibility`:
 
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from starlette.responses import Response
 
-from .. import feedback
+from ..course import feedback
 
 if TYPE_CHECKING:
     from .intake import Service

@@ -43,7 +43,7 @@ def test_check_counts_the_areas_a_wrong_file_fails_only_on_this_device(tmp_path)
     import importlib.util
 
     from grader.assignment import Assignment
-    from grader.course import StudentRow
+    from grader.course.folder import StudentRow
     spec = importlib.util.spec_from_file_location("make_demo_class", TOOL)
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
@@ -77,7 +77,7 @@ def test_the_check_fails_a_cheat_that_scored_and_warns_where_weak_isolation_let_
     """find_reference at 85/85 (a world-readable copy of the solution found on the disk) fails the
     check where its workers had a uid of their own; where they had not, it is allowed, but said."""
     from grader.assignment import Assignment
-    from grader.course import StudentRow
+    from grader.course.folder import StudentRow
     tool = load_tool("make_demo_class")
 
     def graded(drop: bool) -> StudentRow:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.gpu_quiet import Unchecked
+from grader.gpu.quiet import Unchecked
 from grader.sandbox import WorkerCrashed
 
 # the suite's own marker (area) is the grader plugin's, not registered here

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from grader.assignment import Assignment
-from grader.corpus import load_corpus, mutant_source
+from grader.validate.corpus import load_corpus, mutant_source
 
 REPO = Path(__file__).resolve().parents[2]
 ASSIGNMENT = REPO / "assignment" / "l1_paged_kv_write"

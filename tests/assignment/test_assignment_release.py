@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO / "reference" / "l1_paged_kv_write.py"
 PRIVATE = [REPO / "reference", REPO / "tests" / "hidden", REPO / "tests" / "corpus", REPO / "grader"]
 # The one file of grader/ that is public by design: the grading service's client.
-CLIENT = REPO / "grader" / "submit_client.py"
+CLIENT = REPO / "grader" / "service" / "submit_client.py"
 EXPECTED = {"l1_paged_kv_write.py", "statement.en.md", "statement.zh.md", "Makefile", "README.md", "submit.py",
             "bench_mine.py", "performance.md", "tests/conftest.py", "tests/l1_watch.py",
             "tests/test_l1_paged_kv_write.py"}
@@ -84,7 +84,7 @@ def test_makefile_runs_the_tests_with_a_chosen_python(bundle):
 
 
 def test_bundle_carries_the_client_as_it_is(bundle):
-    # Copied, not rewritten: the client students run is the one tests/grader/test_submit_client.py tests.
+    # Copied, not rewritten: the client students run is the one tests/grader/service/test_submit_client.py tests.
     assert (bundle / "submit.py").read_bytes() == CLIENT.read_bytes()
     client = (bundle / "submit.py").read_text(encoding="utf-8")
     # Standard library only: a student's bare python3 must run it.

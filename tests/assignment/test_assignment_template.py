@@ -114,14 +114,14 @@ def public_conftest():
 
 @pytest.mark.parametrize("body, stub", list(STUBS.items()), ids=list(STUBS))
 def test_a_stub_is_read_alike_by_the_public_tests_and_the_grader(public_conftest, body, stub):
-    from grader.submission_file import unwritten
+    from grader.grading.submission_file import unwritten
     source = f"def f(a):\n    {body}\n\ndef g():\n    return 2\n"
     assert public_conftest.unwritten(source, ("f", "g")) == (["f"] if stub else [])
     assert unwritten(source, ("f", "g")) == (["f"] if stub else [])
 
 
 def test_the_last_definition_counts_and_a_name_bound_otherwise_is_written(public_conftest):
-    from grader.submission_file import unwritten
+    from grader.grading.submission_file import unwritten
     source = "def f():\n    raise NotImplementedError()\n\ndef f():\n    return 1\n\ng = f\n"
     for read in (public_conftest.unwritten, unwritten):
         assert read(source, ("f", "g")) == []

@@ -22,8 +22,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from grader.assignment import REPO, Assignment
-from grader.machines import resolve_device
-from grader.warm import HOST_ENV
+from grader.gpu.machines import resolve_device
+from grader.warm.hosts import HOST_ENV
 
 L1 = Assignment.load(REPO / "assignment/l1_paged_kv_write")
 MATRIX = REPO / os.environ.get("GRADER_TEST_MATRIX", "build/validate.json")

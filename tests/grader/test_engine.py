@@ -153,7 +153,7 @@ def test_cli_unknown_assignment_is_one_clear_line(tmp_path):
 
 @pytest.mark.slow
 def test_cuda_asked_for_without_a_gpu_is_one_clear_line_everywhere(tmp_path):
-    from grader.machines import cuda_device_count
+    from grader.gpu.machines import cuda_device_count
     if cuda_device_count():
         pytest.skip("this machine has a CUDA device")
     (tmp_path / "submitted").mkdir()

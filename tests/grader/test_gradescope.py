@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import machines
+from grader.gpu import machines
 from grader.assignment import REPO
 from toy_class import validate_report
 
@@ -49,7 +49,7 @@ def test_l1_zip_holds_the_grader_and_hidden_tests_but_no_reference(tmp_path):
         modes = {i.filename: (i.external_attr >> 16) & 0o777 for i in zf.infolist()}
         reference = (REPO / "reference/l1_paged_kv_write.py").read_bytes()
         assert all(zf.read(name) != reference for name in names)
-    assert {"setup.sh", "run_autograder", "grader/grade_one.py", "grader/sandbox/worker.py",
+    assert {"setup.sh", "run_autograder", "grader/grading/grade_one.py", "grader/sandbox/worker.py",
             "assignment/l1_paged_kv_write/assignment.toml", "requirements/runtime.txt"} <= names
     assert any(n.startswith("tests/hidden/l1_paged_kv_write/test_") for n in names)
     assert not any(n.startswith(("reference/", "tests/public/", "tests/corpus/", "student_template/"))
@@ -112,7 +112,7 @@ def test_run_autograder_without_a_python_file(tmp_path):
 def test_run_autograder_writes_a_zero_when_the_grader_fails(tmp_path):
     root = unpack(make_gradescope.build(TOY, tmp_path / "zip"), tmp_path / "autograder")
     (root / "submission" / "toy.py").write_bytes((TOY / "submissions/good.py").read_bytes())
-    (root / "source/grader/grade_one.py").write_text("raise ImportError('a broken image')\n")
+    (root / "source/grader/grading/grade_one.py").write_text("raise ImportError('a broken image')\n")
     results = run_autograder(root)
     assert results["score"] == 0 and results["tests"] == []
     assert "The autograder failed before it could grade your file" in results["output"]

@@ -16,11 +16,11 @@ from pathlib import Path
 import jsonschema
 
 from grader.assignment import REPO, Assignment
-from grader.batch import BatchResult, grade_all, publish
-from grader.course import Course, gradebook_url
+from grader.course.batch import BatchResult, grade_all, publish
+from grader.course.folder import Course, gradebook_url
 
 TOY = Assignment.load(REPO / "tests/grader/toy")
-SCHEMA = json.loads((REPO / "grader/results.schema.json").read_text())
+SCHEMA = json.loads((REPO / "grader/grading/results.schema.json").read_text())
 SUBMISSIONS = REPO / "tests/grader/toy/submissions"
 
 # file handed in -> (students, expected score on the CPU)

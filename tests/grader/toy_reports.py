@@ -7,10 +7,10 @@ from pathlib import Path
 import jsonschema
 
 from grader.assignment import REPO, Assignment
-from grader.grade_one import grade
+from grader.grading.grade_one import grade
 
 TOY = Assignment.load(REPO / "tests/grader/toy")
-SCHEMA = json.loads((REPO / "grader/results.schema.json").read_text())
+SCHEMA = json.loads((REPO / "grader/grading/results.schema.json").read_text())
 
 
 def validate_report(report: dict) -> None:

@@ -2,7 +2,7 @@
 configs on the first call leaves them as they were; the autotuner's copies are made by PyTorch.
 
 The copies are made only where configs are timed, on the GPU: on the CPU the grader takes the
-first config. tests/grader/test_observer.py times configs on the interpreter with a do_bench of
+first config. tests/grader/sandbox/test_observer.py times configs on the interpreter with a do_bench of
 its own to see them there.
 """
 import torch

@@ -5,7 +5,7 @@ import collections.abc
 
 import pytest
 
-from grader.gpu_quiet import Busy
+from grader.gpu.quiet import Busy
 from grader.sandbox import SandboxFailure
 from timing import CASES, REPEATS, Batch, case_seed, copy_ceiling, round_trip, timed
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from grader.gpu_quiet import Busy
+from grader.gpu.quiet import Busy
 from grader.sandbox import SandboxFailure
 from timing import CASES, REPEATS, SPENT, Batch, case_seed, copy_ceiling, round_trip, spent_since, timed
 

@@ -8,7 +8,7 @@ written after the worker has mapped them (fresh values and fresh, distinct slots
 repeat), so nothing can be computed ahead or replayed; every launch's output is checked
 afterwards (rows drawn by the grader after each window, and every row after the last), so a
 launch that was skipped fails the test; and the reference is timed before any of the
-submission's code has run (conftest.py, or an earlier grading on the same GPU, grader/gpu_memo.py),
+submission's code has run (conftest.py, or an earlier grading on the same GPU, grader/gpu/memo.py),
 so nothing the submission starts can slow the reference down and lift its own ratio. A time
 below what the memory system allows is rejected outright.
 """

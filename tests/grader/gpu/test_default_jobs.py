@@ -1,0 +1,44 @@
+"""How many gradings run at once by default (machines.default_jobs): on a GPU machine as many
+as each GPU's memory holds at the assignment's gpu_memory_gib, and no more than the cores
+allow at two a grading (the trusted process and its worker), shared among the GPUs."""
+from grader.gpu import machines
+
+
+def _machine(monkeypatch, gpus, memory, cores):
+    monkeypatch.setattr(machines, "visible_gpus", lambda: gpus)
+    monkeypatch.setattr(machines, "cuda_device_memory", lambda: memory)
+    monkeypatch.setattr(machines.os, "sched_getaffinity", lambda pid: set(range(cores)))
+
+
+def test_one_h200_with_16_cores_takes_eight_gradings_of_17_gib(monkeypatch):
+    _machine(monkeypatch, ["0"], [139 << 30], 16)
+    assert machines.default_jobs("cuda", 17 << 30) == 8
+    assert len(machines.slots("cuda", 8, 17 << 30)) == 8
+
+
+def test_memory_or_cores_whichever_is_fewer(monkeypatch):
+    _machine(monkeypatch, ["0"], [139 << 30], 16)
+    assert machines.default_jobs("cuda", 44 << 30) == 3          # the memory
+    _machine(monkeypatch, ["0"], [139 << 30], 4)
+    assert machines.default_jobs("cuda", 17 << 30) == 2          # the cores
+
+
+def test_the_cores_are_shared_among_the_gpus(monkeypatch):
+    _machine(monkeypatch, ["0", "1", "2", "3"], [139 << 30] * 4, 64)
+    assert machines.default_jobs("cuda", 17 << 30) == 32
+    _machine(monkeypatch, ["0", "1"], [139 << 30, 139 << 30], 2)
+    assert machines.default_jobs("cuda", 17 << 30) == 2          # still one a GPU
+
+
+def test_unknown_memory_or_no_size_falls_back_to_one_per_gpu(monkeypatch):
+    _machine(monkeypatch, ["0", "1"], [], 32)
+    assert machines.default_jobs("cuda", 17 << 30) == 2
+    _machine(monkeypatch, ["0", "1"], [139 << 30] * 2, 32)
+    assert machines.default_jobs("cuda") == 2
+
+
+def test_the_cpu_takes_half_its_cores(monkeypatch):
+    _machine(monkeypatch, [], [], 2)
+    assert machines.default_jobs("cpu") == 1
+    _machine(monkeypatch, [], [], 9)
+    assert machines.default_jobs("cpu", 17 << 30) == 4

@@ -1,0 +1,38 @@
+"""Time a session fixture spends for one area (charge_time) counts in that area's seconds, not
+in the test whose setup it ran in: the reference's timing for performance runs before the
+first test, which on L1 is an int64_overflow test."""
+from pathlib import Path
+
+from grader.assignment import Assignment
+from grader.grading.report import build
+from grader.grading.scoring import TestResult, score
+
+REPO = Path(__file__).resolve().parents[3]
+ASSIGNMENT = Assignment.load(REPO / "assignment" / "l1_paged_kv_write")
+
+
+def _seconds(results):
+    report = build(ASSIGNMENT, score(ASSIGNMENT, results, "cuda"), results,
+                   submission={"file": "x.py", "sha256": "0" * 64, "bytes": 1},
+                   environment={"device": "cuda", "device_name": "gpu", "python": "3", "torch": "t",
+                                "triton": "t", "triton_interpreter": False},
+                   sandbox={"privilege_drop": True, "uid": 61234}, phases={"total_s": 1.0}, instructor={"seed": 1})
+    return {a: d["seconds"] for a, d in report["extra_data"]["areas"].items()}, report
+
+
+def test_charged_seconds_move_to_their_area_and_the_test_keeps_its_duration():
+    results = [TestResult("t::first", "int64_overflow", "c", "passed", duration_s=10.5,
+                          charged={"performance": 9.0}),
+               TestResult("t::perf", "performance", "c", "passed", duration_s=2.0, measure=1.0)]
+    seconds, report = _seconds(results)
+    assert seconds["int64_overflow"] == 1.5 and seconds["performance"] == 11.0
+    first = next(t for t in report["tests"] if t["tags"] == ["int64_overflow"])
+    assert first["extra_data"]["duration_s"] == 10.5, "the test's own record is what pytest measured"
+
+
+def test_a_charge_to_an_unknown_area_or_beyond_the_test_moves_nothing_it_should_not():
+    results = [TestResult("t::a", "write", "c", "passed", duration_s=1.0, charged={"no_such_area": 0.5}),
+               TestResult("t::b", "padding", "c", "passed", duration_s=1.0, charged={"performance": 3.0})]
+    seconds, _ = _seconds(results)
+    assert seconds["write"] == 1.0
+    assert seconds["padding"] == 1.0 and seconds["performance"] == 0.0, "no time is made up"
