@@ -6,6 +6,10 @@ Read from the sources with `ast` (nothing is imported). A module's layer is 0 wh
 imports no other module of the package, else one more than the highest layer it imports;
 a cycle is reported instead. Imports inside functions count too: they are seams as real
 as the ones at the top of a file.
+
+It also checks the floors of grader/ (PARTS, from the bottom): a module may import its own
+part and the parts below it, never one above. Exit 1, with every such arrow named, when one
+runs up or when there is a cycle; `make test` runs it.
 """
 from __future__ import annotations
 
@@ -15,6 +19,22 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+
+# grader/'s parts from the bottom floor up (README, "How the grader is built"). A part is a
+# subpackage, or a group of top-level modules: the core that every part uses, the command line
+# that uses every part.
+PARTS = [
+    ("core", {"grader", "grader.assignment", "grader.files"}),
+    ("sandbox", {"grader.sandbox"}),
+    ("gpu", {"grader.gpu"}),
+    ("warm", {"grader.warm"}),
+    ("grading", {"grader.grading"}),
+    ("validate", {"grader.validate"}),
+    ("course", {"grader.course"}),
+    ("service", {"grader.service"}),
+    ("summary", {"grader.summary"}),
+    ("command line", {"grader.cli", "grader.__main__"}),
+]
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -73,6 +93,29 @@ def layers(edges: dict[str, set[str]]) -> dict[str, int]:
     return depth
 
 
+def part_of(name: str, parts=PARTS) -> int | None:
+    """The floor of a module: the part that holds it or the subpackage above it."""
+    for floor, (_, members) in enumerate(parts):
+        if any(name == m or name.startswith(m + ".") and m != "grader" for m in members):
+            return floor
+    return None
+
+
+def arrows_up(edges: dict[str, set[str]], parts=PARTS) -> list[str]:
+    """Every import that runs from a part to one above it, and every module in no part."""
+    wrong = []
+    for name in sorted(edges):
+        floor = part_of(name, parts)
+        if floor is None:
+            wrong.append(f"{name} is in no part of PARTS (tools/import_graph.py): give it a floor")
+            continue
+        for target in sorted(edges[name]):
+            up = part_of(target, parts)
+            if up is not None and up > floor:
+                wrong.append(f"{name} ({parts[floor][0]}) imports {target} ({parts[up][0]}), a floor above it")
+    return wrong
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--package", default="grader", help="package folder, relative to the repository")
@@ -84,6 +127,9 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 1
+    wrong = arrows_up(edges) if args.package == "grader" else []
+    for line in wrong:
+        print(f"import runs up: {line}", file=sys.stderr)
     if args.dot:
         print("digraph imports {\n  rankdir=BT;")
         for name in sorted(edges):
@@ -96,8 +142,8 @@ def main(argv=None) -> int:
     for level in range(max(depth.values()) + 1):
         for name in sorted(n for n, d in depth.items() if d == level):
             short = sorted(t.removeprefix(args.package + ".") for t in edges[name])
-            print(f"  {level}  {name.removeprefix(args.package + '.') or args.package:<22} -> {', '.join(short) or '-'}")
-    return 0
+            print(f"  {level}  {name.removeprefix(args.package + '.') or args.package:<28} -> {', '.join(short) or '-'}")
+    return 1 if wrong else 0
 
 
 if __name__ == "__main__":
