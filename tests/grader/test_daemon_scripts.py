@@ -2,6 +2,8 @@
 return to a caller that reads their output to its end, as `export URL=$(bash tools/postgres_local.sh)`
 does: a daemon started with a descriptor on that pipe would hold the reader open for as long as it
 lives. That hung CI once, until the runner killed it without a word."""
+import contextlib
+import ctypes
 import os
 import shutil
 import subprocess
@@ -10,9 +12,11 @@ import time
 import pytest
 
 from grader.assignment import REPO
+from grader.sandbox.processes import PR_SET_CHILD_SUBREAPER, become_subreaper, proc_table
 from service_server import PG_ENV
 
 START_DAEMON = REPO / "tools/start_daemon.sh"
+PR_GET_CHILD_SUBREAPER = 37
 
 
 def _capture(script: str, timeout: float) -> tuple[float, str]:
@@ -51,6 +55,33 @@ def test_without_it_the_same_daemon_holds_the_read_open(tmp_path):
         os.kill(int(pidfile.read_text()), 9)
 
 
+@contextlib.contextmanager
+def _adopting_no_orphans():
+    """While open, this process is no child subreaper, so that a daemon leaving its parent goes to
+    init, as it does under .ci/run. A test process becomes a subreaper with its first Confinement
+    (grader/sandbox/confine.py); a server it adopted is then one of "our children that are no
+    live worker", which a later test's worker stop kills and a worker's freeze stops with it."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    was = ctypes.c_int(0)
+    prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(was), 0, 0, 0)
+    prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+    try:
+        yield
+    finally:
+        prctl(PR_SET_CHILD_SUBREAPER, was.value, 0, 0, 0)
+
+
+def _postmasters() -> dict[int, int]:
+    """pid -> parent pid of every PostgreSQL server process whose parent is no PostgreSQL process."""
+    def comm(pid: int) -> str:
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                return f.read().strip()
+        except OSError:
+            return ""
+    return {pid: ppid for pid, (ppid, _) in proc_table().items() if comm(pid) == "postgres" and comm(ppid) != "postgres"}
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("postgres")   # stops the one server that test_service_restart's databases are on
 def test_postgres_local_returns_when_it_starts_the_server():
@@ -58,6 +89,12 @@ def test_postgres_local_returns_when_it_starts_the_server():
     url = os.environ.get(PG_ENV)
     if not url or os.geteuid() != 0 or shutil.which("pg_ctlcluster") is None:
         pytest.skip(f"needs root and the server of tools/postgres_local.sh ({PG_ENV} set)")
-    subprocess.run(["bash", str(REPO / "tools/postgres_local.sh"), "--stop"], check=True, timeout=60)
-    took, out = _capture(f"bash {REPO / 'tools/postgres_local.sh'}", timeout=120)
+    # as every test process is once it has made a Confinement; the server must not become ours
+    become_subreaper()
+    with _adopting_no_orphans():
+        subprocess.run(["bash", str(REPO / "tools/postgres_local.sh"), "--stop"], check=True, timeout=60)
+        took, out = _capture(f"bash {REPO / 'tools/postgres_local.sh'}", timeout=120)
     assert out.strip() == url and took < 60, (took, out)
+    adopted = [pid for pid, parent in _postmasters().items() if parent == os.getpid()]
+    assert not adopted, (f"the restarted server {adopted} is this test process's child: a later test's "
+                         "worker stop would kill it, and the other tests' databases with it")
