@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from grader.sandbox import Confinement, Submission, SubmissionError, proxy
-from grader.sandbox.proxy import SETTLE_MIN_S
+from grader.sandbox.proxy import SETTLE_FACTOR, SETTLE_MIN_S
 
 TOY = Path(__file__).parent.parent / "toy" / "submissions"
 
@@ -19,7 +19,8 @@ def timed_batch():
 
     def make(name):
         conf = Confinement.prepare("cpu", [], want_uid=False)
-        sub = Submission(TOY / name, ["add_into", "echo"], torch.device("cpu"), conf, timeout=60)
+        sub = Submission(TOY / name, ["add_into", "add_into_much_later", "echo"], torch.device("cpu"), conf,
+                         timeout=60)
         made.append(sub)
         x, y = sub.exchange.zeros((1024,), torch.float32), sub.exchange.zeros((1024,), torch.float32)
 
@@ -47,11 +48,23 @@ def test_an_early_answer_does_not_stop_the_clock(timed_batch, monkeypatch):
 
 @pytest.mark.slow
 def test_an_answer_far_too_early_closes_the_window_without_the_outputs(timed_batch):
+    """The grader looks at the outputs for at most SETTLE_FACTOR times the answer's own time (and
+    SETTLE_MIN_S), then closes the window without them, for the caller's check to fail. The limit
+    is found from the looks themselves: the first comes just after the answer, the last just
+    before the window closes, so that a busy machine's slower answer moves the limit with it."""
     sub, x, y, refill = timed_batch("answers_early.py")
-    seconds = sub.time_calls("add_into", [((x, y), {})], refill=refill, settled=lambda: torch.equal(x, y))
-    # The late write needs 0.4 s, past SETTLE_MIN_S and SETTLE_FACTOR times the answer: the window
-    # closes without it, and the caller's check of the outputs is what fails such a batch.
-    assert SETTLE_MIN_S <= seconds < 0.3 and not torch.equal(x, y)
+    looks = []
+
+    def settled():
+        looks.append(time.perf_counter())
+        return torch.equal(x, y)
+    seconds = sub.time_calls("add_into_much_later", [((x, y), {})], refill=refill, settled=settled)
+    assert not torch.equal(x, y), "the window waited for work that landed 5 s after the answer"
+    # at most the answer's time: the window began no later than its end less `seconds`
+    answered = seconds - (looks[-1] - looks[0])
+    limit = max(SETTLE_MIN_S, SETTLE_FACTOR * answered)
+    assert SETTLE_MIN_S <= seconds <= limit + 0.1, (
+        f"the window closed at {seconds:.3f} s; the answer took at most {answered:.3f} s, so its limit was {limit:.3f} s")
 
 
 @pytest.mark.slow

@@ -4,11 +4,21 @@ import threading
 import time
 
 
-def add_into(x, y):
+def _later(seconds, x, y):
     def late():
-        time.sleep(0.4)
+        time.sleep(seconds)
         x.add_(y)
     threading.Thread(target=late, daemon=True).start()
+
+
+def add_into(x, y):
+    _later(0.4, x, y)
+
+
+def add_into_much_later(x, y):
+    """Its work lands 5 s after the answer: past any window the grader gives an answer that took
+    even a quarter of a second, on a machine however busy."""
+    _later(5.0, x, y)
 
 
 def echo(value):
