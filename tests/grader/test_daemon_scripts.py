@@ -12,7 +12,7 @@ import time
 import pytest
 
 from grader.assignment import REPO
-from grader.sandbox.processes import PR_SET_CHILD_SUBREAPER, become_subreaper, proc_table
+from grader.sandbox.processes import PR_SET_CHILD_SUBREAPER, become_subreaper, describe, proc_table
 from service_server import PG_ENV
 
 START_DAEMON = REPO / "tools/start_daemon.sh"
@@ -71,17 +71,6 @@ def _adopting_no_orphans():
         prctl(PR_SET_CHILD_SUBREAPER, was.value, 0, 0, 0)
 
 
-def _postmasters() -> dict[int, int]:
-    """pid -> parent pid of every PostgreSQL server process whose parent is no PostgreSQL process."""
-    def comm(pid: int) -> str:
-        try:
-            with open(f"/proc/{pid}/comm") as f:
-                return f.read().strip()
-        except OSError:
-            return ""
-    return {pid: ppid for pid, (ppid, _) in proc_table().items() if comm(pid) == "postgres" and comm(ppid) != "postgres"}
-
-
 @pytest.mark.slow
 @pytest.mark.xdist_group("postgres")   # stops the one server that test_service_restart's databases are on
 def test_postgres_local_returns_when_it_starts_the_server():
@@ -95,6 +84,7 @@ def test_postgres_local_returns_when_it_starts_the_server():
         subprocess.run(["bash", str(REPO / "tools/postgres_local.sh"), "--stop"], check=True, timeout=60)
         took, out = _capture(f"bash {REPO / 'tools/postgres_local.sh'}", timeout=120)
     assert out.strip() == url and took < 60, (took, out)
-    adopted = [pid for pid, parent in _postmasters().items() if parent == os.getpid()]
-    assert not adopted, (f"the restarted server {adopted} is this test process's child: a later test's "
+    ours = [describe(pid) for pid, (parent, _) in proc_table().items() if parent == os.getpid()]
+    adopted = [p for p in ours if "postgres" in p]
+    assert not adopted, (f"the restarted server is this test process's child ({adopted}): a later test's "
                          "worker stop would kill it, and the other tests' databases with it")
