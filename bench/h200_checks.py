@@ -6,6 +6,7 @@ figures in docs/performance.md ("Gradings a minute"), in parts of under ten minu
     python bench/h200_checks.py matrix [--jobs N] [--only NAME ...] [--out DIR]   # validate over the corpus
     python bench/h200_checks.py service [--out DIR]   # one student's check on an empty service queue
     python bench/h200_checks.py start [--procs 1 7 21]   # processes starting at once: torch, CUDA, Triton
+    python bench/h200_checks.py write [--out DIR]   # where the write area's seconds go, case by case
 
 first:  the reference graded cold twice, alone, with the GPU's memory sampled every 50 ms
         (NVML): wall time, the report's phases, and the peak memory above the idle GPU.
@@ -18,6 +19,9 @@ service: `bench/service_burst.py --students 1 --checks 1`: one check through a f
         loopback, submit to report, and its score against a lone grading with the same seed.
 start:  N processes started at once (--procs 1 7 21), each importing torch, making a CUDA context
         and running Triton's first kernel in a fresh cache: what a class's first wave pays, by step.
+write:  each case of the write area in one process, outside the sandbox, with a fresh Triton
+        cache: building its inputs as the test does, the reference's first call (Triton's compile
+        of that specialisation included), a second call, and the check of both caches.
 Each part prints its table and writes DIR/<part>.json; exit 1 when a check fails.
 """
 from __future__ import annotations
@@ -256,6 +260,57 @@ def part_start(args, out: Path) -> dict:
     return found
 
 
+WRITE_PROBE = r"""
+import importlib.util, json, os, sys, tempfile, time
+os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="write-probe-")
+import torch
+sys.path.insert(0, sys.argv[2])
+spec = importlib.util.spec_from_file_location("reference", sys.argv[1])
+ref = importlib.util.module_from_spec(spec); spec.loader.exec_module(ref)
+import test_write
+from paged import compare_cache
+
+class Shared:   # the grader's shared allocator, without the worker on the other side
+    def empty(self, shape, dtype):
+        return torch.empty(shape, dtype=dtype, device="cuda")
+
+torch.empty(1, device="cuda")
+rng = torch.Generator().manual_seed(1)
+def step(fn):
+    torch.cuda.synchronize(); t = time.perf_counter()
+    out = fn(); torch.cuda.synchronize()
+    return out, round(time.perf_counter() - t, 4)
+rows = {}
+for case, (dtype, H, D, bs, nb, T) in test_write.CASES.items():
+    (kc, vc, key, value, slots), build = step(lambda: test_write._setup(rng, Shared(), "cuda", dtype, H, D, bs, nb, T))
+    slots = slots.cuda()
+    _, first = step(lambda: ref.reshape_and_cache(key, value, kc.cache, vc.cache, slots))
+    _, second = step(lambda: ref.reshape_and_cache(key, value, kc.cache, vc.cache, slots))
+    found, check = step(lambda: compare_cache("k_cache", kc, kc.expected(key, slots), slots, key, value)
+                        + compare_cache("v_cache", vc, vc.expected(value, slots), slots, value, key))
+    assert not found, found
+    rows[case] = {"build": build, "first_call": first, "second_call": second, "check": check}
+print(json.dumps(rows))
+"""
+
+
+def part_write(args, out: Path) -> dict:
+    t = time.monotonic()
+    run = subprocess.run([sys.executable, "-c", WRITE_PROBE, str(REFERENCE),
+                          str(ROOT / "tests" / "hidden" / "l1_paged_kv_write")],
+                         capture_output=True, text=True, timeout=args.deadline)
+    wall = time.monotonic() - t
+    if run.returncode != 0:
+        print(run.stderr[-4000:])
+        return {"ok": False, "wall_s": round(wall, 1)}
+    rows = json.loads(run.stdout.strip().splitlines()[-1])
+    for case, row in rows.items():
+        print(f"  {case}: " + json.dumps(row))
+    sums = {k: round(sum(r[k] for r in rows.values()), 3) for k in next(iter(rows.values()))}
+    print(f"{len(rows)} write cases, seconds in all: {json.dumps(sums)}; process {wall:.1f} s", flush=True)
+    return {"ok": True, "wall_s": round(wall, 1), "sums": sums, "cases": rows}
+
+
 def part_matrix(args, out: Path) -> dict:
     cmd = [sys.executable, "-m", "grader", "validate", "--device", "cuda", "--out", str(out / "matrix-validate.json")]
     cmd += ["--jobs", str(args.jobs)] if args.jobs else []
@@ -288,7 +343,7 @@ def part_service(args, out: Path) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("part", choices=["first", "rate", "matrix", "service", "start"])
+    ap.add_argument("part", choices=["first", "rate", "matrix", "service", "start", "write"])
     ap.add_argument("--copies", type=int, default=24)
     ap.add_argument("--jobs", type=int, help="gradings at once (default: grade-all's and validate's own)")
     ap.add_argument("--out", default="build/h200")
@@ -299,7 +354,7 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     found = {"first": part_first, "rate": part_rate, "matrix": part_matrix, "service": part_service,
-             "start": part_start}[args.part](args, out)
+             "start": part_start, "write": part_write}[args.part](args, out)
     (out / f"{args.part}.json").write_text(json.dumps(found, indent=1))
     ok = found["ok"] if "ok" in found else all(g["ok"] for g in found.get("gradings", []))
     print("every check passed" if ok else "a check failed")
