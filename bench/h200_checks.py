@@ -20,7 +20,8 @@ service: `bench/service_burst.py --students 1 --checks 1`: one check through a f
 start:  N processes started at once (--procs 1 7 21), each importing torch, making a CUDA context
         and running Triton's first kernel in a fresh cache: what a class's first wave pays, by step.
 write:  each case of the write area in one process, outside the sandbox, with a fresh Triton
-        cache: building its inputs as the test does, the reference's first call (Triton's compile
+        cache: building its inputs as the test does (and, beside it, drawing the two caches' contents
+        on the CPU as the suite did before), the reference's first call (Triton's compile
         of that specialisation included), a second call, and the check of both caches.
 Each part prints its table and writes DIR/<part>.json; exit 1 when a check fails.
 """
@@ -268,7 +269,7 @@ sys.path.insert(0, sys.argv[2])
 spec = importlib.util.spec_from_file_location("reference", sys.argv[1])
 ref = importlib.util.module_from_spec(spec); spec.loader.exec_module(ref)
 import test_write
-from paged import compare_cache
+from paged import compare_cache, randn
 
 class Shared:   # the grader's shared allocator, without the worker on the other side
     def empty(self, shape, dtype):
@@ -283,13 +284,16 @@ def step(fn):
 rows = {}
 for case, (dtype, H, D, bs, nb, T) in test_write.CASES.items():
     (kc, vc, key, value, slots), build = step(lambda: test_write._setup(rng, Shared(), "cuda", dtype, H, D, bs, nb, T))
+    # the caches' contents drawn on the CPU and copied over, as the suite did before fill_random
+    _, cpu_drawn = step(lambda: [gc.buf.copy_(randn(rng, gc.buf.shape, gc.buf.dtype)) for gc in (kc, vc)])
+    kc.before, vc.before = kc.buf.clone(), vc.buf.clone()
     slots = slots.cuda()
     _, first = step(lambda: ref.reshape_and_cache(key, value, kc.cache, vc.cache, slots))
     _, second = step(lambda: ref.reshape_and_cache(key, value, kc.cache, vc.cache, slots))
     found, check = step(lambda: compare_cache("k_cache", kc, kc.expected(key, slots), slots, key, value)
                         + compare_cache("v_cache", vc, vc.expected(value, slots), slots, value, key))
     assert not found, found
-    rows[case] = {"build": build, "first_call": first, "second_call": second, "check": check}
+    rows[case] = {"build": build, "caches_drawn_on_cpu": cpu_drawn, "first_call": first, "second_call": second, "check": check}
 print(json.dumps(rows))
 """
 

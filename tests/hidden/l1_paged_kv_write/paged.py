@@ -91,6 +91,19 @@ def randn(rng, shape, dtype) -> torch.Tensor:
     return torch.randn(tuple(shape), generator=rng, dtype=torch.float32).to(dtype)
 
 
+def fill_random(rng, t: torch.Tensor) -> None:
+    """Random values into `t`, drawn where it lives. A cache's contents are only sentinels, and
+    on a GPU drawing them on the CPU and copying them over was most of what building a test's
+    caches cost: there they come from a generator on the GPU seeded from `rng`, so a test's
+    inputs are still a function of its seed. On the CPU they come from `rng` itself."""
+    if t.device.type == "cpu":
+        t.copy_(randn(rng, t.shape, t.dtype))
+        return
+    gen = torch.Generator(device=t.device)
+    gen.manual_seed(int(torch.randint(0, 2**62, (1,), generator=rng)))
+    t.normal_(generator=gen)
+
+
 def bits(t: torch.Tensor) -> torch.Tensor:
     """The raw bit patterns: exact comparison without NaN or -0.0 surprises."""
     return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
@@ -217,7 +230,7 @@ class GuardedCache:
         self.num_blocks, self.block_size, self.H, self.D = num_blocks, block_size, H, D
         shape = (num_blocks + 2 * GUARD_BLOCKS, block_size, H, D)
         self.buf = alloc(shared, device, shape, dtype)
-        self.buf.copy_(randn(rng, shape, dtype))
+        fill_random(rng, self.buf)
         self.before = self.buf.clone()
         self.cache = self.buf[GUARD_BLOCKS:-GUARD_BLOCKS]
 
