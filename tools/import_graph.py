@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 # subpackage, or a group of top-level modules: the core that every part uses, the command line
 # that uses every part.
 PARTS = [
-    ("core", {"grader", "grader.assignment", "grader.files"}),
+    ("core", {"grader", "grader.assignment", "grader.bytecode", "grader.files"}),
     ("sandbox", {"grader.sandbox"}),
     ("gpu", {"grader.gpu"}),
     ("warm", {"grader.warm"}),

@@ -144,7 +144,9 @@ class SessionPlugin:
                 # suite's conftest), so its worker starts now, beside the submission's.
                 grading.reference()
         if grading.device == "cuda":
-            import torch
+            from .. import bytecode
+            with bytecode.writing():        # third-party only: see grader/bytecode.py
+                import torch
             grading.write(state_records.DEVICE, {"device_name": torch.cuda.get_device_name(0),
                                            "cuda": torch.version.cuda or "",
                                            "uuid": machines.device_uuid(torch.cuda.get_device_properties(0))})

@@ -14,7 +14,9 @@ from .session_spec import SessionSpec, SpecError
 def run(spec: SessionSpec, workers=None) -> int:
     """The session in this process: pytest over the hidden suites, with the plugin handed
     `workers` (grader/grading/workers.py; default: each worker started for this grading alone)."""
-    import pytest
+    from .. import bytecode
+    with bytecode.writing():        # third-party only: see grader/bytecode.py
+        import pytest
 
     from . import pytest_plugin
     from ..assignment import Assignment

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from .. import bytecode
 from ..files import private_folder
 from . import isolate, rootfs
 from .processes import proc_table, become_subreaper
@@ -258,6 +259,8 @@ def python_paths() -> tuple[str, ...]:
     for var in ("PYTHONPATH", "LD_LIBRARY_PATH"):
         paths |= {p for p in os.environ.get(var, "").split(os.pathsep) if p}
     paths |= set(_pth_paths({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}))
+    if (prefix := bytecode.in_use()) is not None:
+        paths.add(prefix)       # the grader's bytecode of the packages above, read-only in the view
     env = [os.path.realpath(p) for p in (sys.prefix, sys.exec_prefix)]
     repo = str(REPO)
 

@@ -22,6 +22,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from .. import bytecode
 from . import gpu_watch, logs, wire
 from .confine import Confinement
 from .processes import descendants, kill_tree, private_rss, proc_table, signal_all, stopped
@@ -172,6 +173,8 @@ class Worker:
                     "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
             if key in os.environ:
                 env[key] = os.environ[key]
+        if (prefix := bytecode.in_use()) is not None:
+            env["PYTHONPYCACHEPREFIX"] = prefix     # read only: see grader/bytecode.py
         if device == "cpu":
             env["TRITON_INTERPRET"] = "1"
         cmd = [sys.executable, "-s", str(scratch / "worker" / "worker.py"), "--fd", str(theirs.fileno()),

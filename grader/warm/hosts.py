@@ -29,6 +29,7 @@ import threading
 import time
 from pathlib import Path
 
+from .. import bytecode
 from ..assignment import REPO, grader_env
 from ..sandbox.processes import signal_group
 
@@ -113,12 +114,13 @@ def test_process_env(base=None) -> dict[str, str]:
     pytest's own variables go (PYTEST_ADDOPTS="-k ..." deselected tests, which then scored
     nothing; PYTEST_DISABLE_PLUGIN_AUTOLOAD left the report plugin out and the grading at 0), as
     do warnings made errors, Triton's interpreter switch (this process runs no kernel) and a
-    host's address (a host serves sessions; it does not send them on)."""
+    host's address (a host serves sessions; it does not send them on). Where torch has no bytecode
+    of its own, the grader's folder of it is named (grader/bytecode.py)."""
     env = grader_env(base)
     for name in list(env):
         if name.startswith("PYTEST_") or name in ("PYTHONWARNINGS", "PYTHONINSPECT", "TRITON_INTERPRET", HOST_ENV):
             del env[name]
-    return env
+    return bytecode.environment(env)
 
 
 def run_session(address: str, spec: Path, quiet: bool, timeout_s: float,

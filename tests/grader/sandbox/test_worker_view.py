@@ -2,6 +2,7 @@
 world-readable outside it, /root's other contents and the checkout are not there to be read."""
 import os
 import shutil
+import sys
 import uuid
 from pathlib import Path
 
@@ -104,3 +105,45 @@ def test_a_link_put_in_place_of_the_log_is_neither_written_nor_read(tmp_path):
         assert sub.log_tail() == ""
     finally:
         sub.close()
+
+
+@pytest.fixture
+def bytecode_folder(monkeypatch):
+    """A grader's bytecode folder in use by this process (grader/bytecode.py), with the worker's
+    view worked out again for it."""
+    from grader import bytecode
+    from grader.sandbox import confine
+    folder = Path(f"/tmp/grader-bytecode-test-{uuid.uuid4().hex[:8]}")
+    monkeypatch.setattr(bytecode, "folder", lambda: folder)
+    monkeypatch.setenv(bytecode.SWITCH, "on")
+    assert bytecode.chosen() == folder
+    monkeypatch.setattr(sys, "pycache_prefix", str(folder))
+    confine.python_paths.cache_clear()
+    yield folder
+    confine.python_paths.cache_clear()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("own_uid", [True, False], ids=["own uid", "grader's uid"])
+def test_a_worker_reads_the_graders_bytecode_and_cannot_write_it(bytecode_folder, own_uid):
+    """Bytecode is code: a worker that could put a file in the folder would run code in every
+    later grading that reads it. It is in the worker's view, read-only, and named to it."""
+    conf = Confinement.prepare("cpu", [], want_uid=own_uid)
+    if own_uid and conf.uid is None:
+        pytest.skip(f"no uid of its own here: {conf.reason}")
+    if conf.view is None:
+        pytest.skip(f"no allow-list view here: {conf.view_why}")
+    assert str(bytecode_folder) in conf.view.read_only
+    sub = Submission(TOY / "looks_around.py", ["listing", "write", "bytecode_prefix", "import_writing_bytecode"],
+                     torch.device("cpu"), conf, timeout=60)
+    try:
+        assert sub.bytecode_prefix() == str(bytecode_folder)
+        assert sub.listing(str(bytecode_folder)) is not None
+        assert not sub.write(str(bytecode_folder / "planted.pyc"))
+        target = sub.import_writing_bytecode("colorsys")
+        assert target.startswith(str(bytecode_folder))
+    finally:
+        sub.close()
+    assert not Path(target).exists(), f"the worker wrote {target}"
+    assert not (bytecode_folder / "planted.pyc").exists()

@@ -36,3 +36,17 @@ def write(path):
 
 def where():
     return os.getcwd()
+
+
+def bytecode_prefix():
+    import sys
+    return sys.pycache_prefix
+
+
+def import_writing_bytecode(name):
+    """Import `name` with bytecode writing turned back on: where would its bytecode go?"""
+    import importlib
+    import sys
+    sys.dont_write_bytecode = False
+    module = importlib.import_module(name)
+    return importlib.util.cache_from_source(module.__file__)

@@ -1,0 +1,82 @@
+"""The grader's bytecode folder (grader/bytecode.py): used only where it is the grader's alone,
+written only with third-party packages, never with the grader's or an assignment's code."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader import bytecode
+
+REPO = Path(__file__).resolve().parents[2]
+TOY = REPO / "tests" / "grader" / "toy"
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    path = tmp_path / "grader-bytecode"
+    monkeypatch.setattr(bytecode, "folder", lambda: path)
+    return path
+
+
+def test_off_means_no_folder_and_on_makes_one_for_this_user_alone(folder, monkeypatch):
+    monkeypatch.setenv(bytecode.SWITCH, "off")
+    assert bytecode.chosen() is None and not folder.exists()
+    env = bytecode.environment({"PYTHONPYCACHEPREFIX": "/elsewhere"})
+    assert "PYTHONPYCACHEPREFIX" not in env, "a prefix the caller set must not reach the grader's processes"
+    monkeypatch.setenv(bytecode.SWITCH, "on")
+    assert bytecode.chosen() == folder
+    assert folder.stat().st_mode & 0o777 == 0o755
+    env = bytecode.environment({})
+    assert env["PYTHONPYCACHEPREFIX"] == str(folder) and env["PYTHONDONTWRITEBYTECODE"] == "1"
+
+
+@pytest.mark.parametrize("how", ["others may write it", "a link"])
+def test_a_folder_someone_else_could_write_is_not_used(folder, monkeypatch, tmp_path, how):
+    """Whoever can write the folder runs code in the next grading: such a folder is left alone."""
+    monkeypatch.setenv(bytecode.SWITCH, "on")
+    if how == "a link":
+        (tmp_path / "elsewhere").mkdir(mode=0o755)
+        folder.symlink_to(tmp_path / "elsewhere")
+    else:
+        folder.mkdir()
+        folder.chmod(0o777)
+    assert bytecode.chosen() is None
+
+
+def test_auto_follows_whether_torch_was_installed_with_bytecode(folder, monkeypatch):
+    monkeypatch.setenv(bytecode.SWITCH, "auto")
+    assert (bytecode.chosen() is not None) == bytecode.installation_lacks_bytecode("torch")
+
+
+def test_writing_turns_bytecode_on_only_where_the_folder_is_in_use(folder, monkeypatch):
+    monkeypatch.setenv(bytecode.SWITCH, "on")
+    bytecode.chosen()
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    with bytecode.writing():
+        assert sys.dont_write_bytecode
+    monkeypatch.setattr(sys, "pycache_prefix", str(folder))
+    with bytecode.writing():
+        assert not sys.dont_write_bytecode
+    assert sys.dont_write_bytecode
+
+
+@pytest.mark.slow
+def test_a_grading_leaves_no_bytecode_of_the_grader_or_the_hidden_tests(tmp_path):
+    """A worker can read the folder: what a grading writes there is third-party code only."""
+    env = {**os.environ, "TMPDIR": str(tmp_path), bytecode.SWITCH: "on"}
+    env.pop("PYTHONPYCACHEPREFIX", None)
+    src = tmp_path / "toy.py"
+    src.write_text((TOY / "submissions" / "good.py").read_text())
+    report = tmp_path / "report.json"
+    subprocess.run([sys.executable, "-m", "grader", "grade", "--assignment", str(TOY), "--submission", str(src),
+                    "--report", str(report), "--device", "cpu", "--quiet"], cwd=REPO, check=True,
+                   capture_output=True, timeout=300, env=env)
+    assert json.loads(report.read_text())["score"] > 0
+    written = [p for p in (tmp_path / "grader-bytecode").rglob("*.pyc")]
+    assert written, "the grading's pytest import wrote nothing to the folder"
+    ours = [p for p in written if str(REPO) in str(p) and "site-packages" not in str(p)]
+    assert not ours, f"the grader's or the assignment's bytecode reached the folder: {ours[:5]}"
