@@ -14,6 +14,11 @@ from pathlib import Path
 from . import state_records
 
 SPEC_FILE = "session.json"      # in the grading's state folder (0700: no worker reads it)
+# The only pytest plugins a session loads besides the grader's own: the machine's others (a GPU
+# image brings hypothesis, xdist, benchmark, cov and more) could reorder, repeat or skip tests,
+# and one of them imported torch before the session's workers were started, so that their
+# imports no longer overlapped the test process's own (docs/performance.md).
+PLUGINS = ("-p", "pytest_metadata.plugin", "-p", "pytest_jsonreport.plugin")
 
 
 class SpecError(ValueError):
@@ -71,8 +76,9 @@ class SessionSpec:
 
     def pytest_args(self, hidden_tests: Path) -> list[str]:
         """pytest's arguments for this session. `-c /dev/null`: no configuration of the caller's
-        (a pytest.ini, a pyproject.toml above the suites) changes what runs."""
-        args = [str(hidden_tests), "-p", "no:cacheprovider", "--rootdir", str(hidden_tests), "-c", os.devnull,
+        (a pytest.ini, a pyproject.toml above the suites) changes what runs; and no plugin of the
+        machine's but PLUGINS (the test process starts with PYTEST_DISABLE_PLUGIN_AUTOLOAD)."""
+        args = [str(hidden_tests), "-p", "no:cacheprovider", *PLUGINS, "--rootdir", str(hidden_tests), "-c", os.devnull,
                 "--json-report", f"--json-report-file={Path(self.state) / state_records.PYTEST}", "--json-report-omit", "log",
                 "-o", "console_output_style=count", "--tb=no", "-rN", "-v", "--no-header"]
         return args + (["--collect-only"] if self.collect_only else [])

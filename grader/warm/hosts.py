@@ -112,14 +112,16 @@ def test_process_env(base=None) -> dict[str, str]:
     """The environment a grading's test process starts in, cold (grader/grading/grade_one.py) or as a host:
     the grader importable, and nothing of the caller's that changes how the hidden suites run.
     pytest's own variables go (PYTEST_ADDOPTS="-k ..." deselected tests, which then scored
-    nothing; PYTEST_DISABLE_PLUGIN_AUTOLOAD left the report plugin out and the grading at 0), as
-    do warnings made errors, Triton's interpreter switch (this process runs no kernel) and a
-    host's address (a host serves sessions; it does not send them on). Where torch has no bytecode
-    of its own, the grader's folder of it is named (grader/bytecode.py)."""
+    nothing), and so do warnings made errors, Triton's interpreter switch (this process runs no
+    kernel) and a host's address (a host serves sessions; it does not send them on). No pytest
+    plugin of the machine's loads: the session names its own (session_spec.PLUGINS; a caller's
+    PYTEST_DISABLE_PLUGIN_AUTOLOAD once left the report plugin out and the grading at 0). Where
+    torch has no bytecode of its own, the grader's folder of it is named (grader/bytecode.py)."""
     env = grader_env(base)
     for name in list(env):
         if name.startswith("PYTEST_") or name in ("PYTHONWARNINGS", "PYTHONINSPECT", "TRITON_INTERPRET", HOST_ENV):
             del env[name]
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"     # the session names its plugins (session_spec.PLUGINS)
     return bytecode.environment(env)
 
 

@@ -143,3 +143,21 @@ def test_the_host_cache_keeps_the_reference_and_hands_a_spare_only_to_its_kind(t
     finally:
         workers.close()
     assert not again.started
+
+
+def test_a_session_loads_the_plugins_it_names_and_none_of_the_machines(tmp_path):
+    """A plugin installed on the machine (pytest-timeout here; a GPU image brings hypothesis, xdist
+    and more) could reorder, repeat or skip hidden tests: only the report's plugins load."""
+    from grader.warm.hosts import test_process_env
+    probe = ("import sys, pytest\n"
+             "class Names:\n"
+             "    def pytest_configure(self, config):\n"
+             "        print('PLUGINS', sorted(n for n, _ in config.pluginmanager.list_name_plugin()))\n"
+             "pytest.main(sys.argv[1:], plugins=[Names()])\n")
+    args = _spec(tmp_path, collect_only=True).pytest_args(TOY.hidden_tests)
+    run = subprocess.run([sys.executable, "-c", probe, *args], env=test_process_env(), cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    line = next(l for l in run.stdout.splitlines() if l.startswith("PLUGINS"))
+    assert "pytest_jsonreport.plugin" in line and "pytest_metadata.plugin" in line, line
+    assert "'timeout'" not in line and "pytest_timeout" not in line, line
+    assert (tmp_path / "pytest.json").is_file()
