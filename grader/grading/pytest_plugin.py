@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     import torch
 
     from .session_spec import SessionSpec
-# torch is imported once the submission's worker is spawned (pytest_configure), so that
-# the worker's imports and ours overlap: each takes seconds.
+# torch is imported once the submission's worker is spawned (SessionPlugin.start, then
+# grader/grading/session.py), so that the worker's imports and ours overlap: each takes seconds.
 
 
 class Grading:
@@ -132,28 +132,42 @@ class SessionPlugin:
 
     def __init__(self, spec: SessionSpec, assignment: Assignment, workers):
         self.spec, self.assignment, self.workers = spec, assignment, workers
+        self.grading: Grading | None = None
 
-    def pytest_configure(self, config):
-        grading = Grading(self.spec, self.assignment, self.workers)
-        config.stash[_KEY] = grading
+    def start(self) -> None:
+        """The grading's workers spawned, before pytest starts: pytest imports the suites'
+        conftest.py (and torch with it) ahead of any configure hook, and the workers' own imports
+        are to overlap that one. A worker started in pytest_configure began after it (7.4 s of
+        waiting for the worker in a fresh machine's first grading, docs/performance.md)."""
+        if self.grading is not None:
+            return
+        grading = self.grading = Grading(self.spec, self.assignment, self.workers)
         grading.write(state_records.SANDBOX, grading.confinement.describe())
-        if not config.option.collectonly:
+        if not self.spec.collect_only:
             grading.submission()
             if grading.measures_here:
                 # A measured area is timed against the reference before the first test (see a
                 # suite's conftest), so its worker starts now, beside the submission's.
                 grading.reference()
+
+    def close(self) -> None:
+        """The grading's workers ended, once (pytest_unconfigure; or the session's end, where
+        pytest stopped before configuring)."""
+        grading, self.grading = self.grading, None
+        if grading is not None:
+            grading.close()
+
+    def pytest_configure(self, config):
+        self.start()
+        grading = config.stash[_KEY] = self.grading
         if grading.device == "cuda":
-            from .. import bytecode
-            with bytecode.writing():        # third-party only: see grader/bytecode.py
-                import torch
+            import torch
             grading.write(state_records.DEVICE, {"device_name": torch.cuda.get_device_name(0),
                                            "cuda": torch.version.cuda or "",
                                            "uuid": machines.device_uuid(torch.cuda.get_device_properties(0))})
 
     def pytest_unconfigure(self, config):
-        if _KEY in config.stash:
-            config.stash[_KEY].close()
+        self.close()
 
 
 def pytest_configure(config):

@@ -23,7 +23,14 @@ def run(spec: SessionSpec, workers=None) -> int:
     from .workers import ColdWorkers
     assignment = Assignment.load(spec.assignment)
     plugin = pytest_plugin.SessionPlugin(spec, assignment, workers or ColdWorkers(spec.roots()))
-    return int(pytest.main(spec.pytest_args(assignment.hidden_tests), plugins=[pytest_plugin, plugin]))
+    try:
+        plugin.start()          # the workers first: their imports overlap this process's torch
+        if spec.device == "cuda":
+            with bytecode.writing():
+                import torch  # noqa: F401  (the suites' conftest.py would, as pytest loads it)
+        return int(pytest.main(spec.pytest_args(assignment.hidden_tests), plugins=[pytest_plugin, plugin]))
+    finally:
+        plugin.close()
 
 
 def main(argv: list[str] | None = None) -> int:
