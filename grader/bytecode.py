@@ -1,12 +1,11 @@
-"""Compiled bytecode of the packages every grading process imports (torch, Triton, pytest), kept
-by the grader in a folder of its own where the Python installation keeps none.
+"""Compiled bytecode of the packages every grading process imports (torch and pytest), kept by
+the grader in a folder of its own where the Python installation keeps none.
 
-An installation built without bytecode (the course's GPU runner has none for torch's 2,141
-modules, and PYTHONDONTWRITEBYTECODE set) makes every process compile torch's source as it
-imports it: a grading host, and each worker, again and again (docs/performance.md has the
-figures). Python can read and write bytecode in a folder apart from the sources
-(PYTHONPYCACHEPREFIX); this module decides whether the grader's processes use one, and when
-they write to it.
+An installation built without bytecode (the course's GPU runner has none for torch, and
+PYTHONDONTWRITEBYTECODE set) makes every process compile torch's source as it imports it: a
+grading host, and each worker, again and again (docs/instructor.md has the figures). Python
+can read and write bytecode in a folder apart from the sources (PYTHONPYCACHEPREFIX); this
+module decides whether the grader's processes use one, and when they write to it.
 
 Trust. Bytecode is code: whoever can write the folder runs code in every later grading. So:
 - it is this user's, and nobody else may write it (checked each time, as for the uid locks);
@@ -85,12 +84,15 @@ def in_use() -> str | None:
 @contextlib.contextmanager
 def writing():
     """Imports inside write their bytecode to the folder in use; nothing happens without one.
-    For third-party packages only (see the module's docstring)."""
+    For third-party packages only (see the module's docstring). What they make there is writable
+    by this user alone, whatever the umask (a group's member could otherwise plant code)."""
     if in_use() is None:
         yield
         return
     before, sys.dont_write_bytecode = sys.dont_write_bytecode, False
+    umask = os.umask(0o022)
     try:
         yield
     finally:
+        os.umask(umask)
         sys.dont_write_bytecode = before

@@ -137,8 +137,8 @@ class SessionPlugin:
     def start(self) -> None:
         """The grading's workers spawned, before pytest starts: pytest imports the suites'
         conftest.py (and torch with it) ahead of any configure hook, and the workers' own imports
-        are to overlap that one. A worker started in pytest_configure began after it (7.4 s of
-        waiting for the worker in a fresh machine's first grading, docs/performance.md)."""
+        are to overlap that one. Workers started in pytest_configure began after it, and a fresh
+        machine's first grading waited for them (docs/instructor.md)."""
         if self.grading is not None:
             return
         grading = self.grading = Grading(self.spec, self.assignment, self.workers)

@@ -59,9 +59,14 @@ def test_writing_turns_bytecode_on_only_where_the_folder_is_in_use(folder, monke
     with bytecode.writing():
         assert sys.dont_write_bytecode
     monkeypatch.setattr(sys, "pycache_prefix", str(folder))
-    with bytecode.writing():
-        assert not sys.dont_write_bytecode
-    assert sys.dont_write_bytecode
+    umask = os.umask(0o002)
+    try:
+        with bytecode.writing():
+            assert not sys.dont_write_bytecode
+            assert os.umask(0o022) == 0o022, "what is written there must not be group-writable"
+        assert sys.dont_write_bytecode and os.umask(0o002) == 0o002
+    finally:
+        os.umask(umask)
 
 
 @pytest.mark.slow
