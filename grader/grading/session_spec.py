@@ -16,8 +16,7 @@ from . import state_records
 SPEC_FILE = "session.json"      # in the grading's state folder (0700: no worker reads it)
 # The only pytest plugins a session loads besides the grader's own: the machine's others (a GPU
 # image brings hypothesis, xdist, benchmark, cov and more) could reorder, repeat or skip tests,
-# and one of them imported torch before the session's workers were started, so that their
-# imports no longer overlapped the test process's own (docs/instructor.md).
+# and each hooks every session (docs/instructor.md).
 PLUGINS = ("-p", "pytest_metadata.plugin", "-p", "pytest_jsonreport.plugin")
 
 
