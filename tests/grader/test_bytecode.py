@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -69,19 +70,48 @@ def test_writing_turns_bytecode_on_only_where_the_folder_is_in_use(folder, monke
         os.umask(umask)
 
 
-@pytest.mark.slow
-def test_a_grading_leaves_no_bytecode_of_the_grader_or_the_hidden_tests(tmp_path):
-    """A worker can read the folder: what a grading writes there is third-party code only."""
-    env = {**os.environ, "TMPDIR": str(tmp_path), bytecode.SWITCH: "on"}
-    env.pop("PYTHONPYCACHEPREFIX", None)
-    src = tmp_path / "toy.py"
+def _graded(tmp_path: Path, env: dict) -> dict:
+    src = tmp_path / "handed-in" / "toy.py"
+    src.parent.mkdir()
     src.write_text((TOY / "submissions" / "good.py").read_text())
     report = tmp_path / "report.json"
     subprocess.run([sys.executable, "-m", "grader", "grade", "--assignment", str(TOY), "--submission", str(src),
                     "--report", str(report), "--device", "cpu", "--quiet"], cwd=REPO, check=True,
                    capture_output=True, timeout=300, env=env)
-    assert json.loads(report.read_text())["score"] > 0
-    written = [p for p in (tmp_path / "grader-bytecode").rglob("*.pyc")]
-    assert written, "the grading's pytest import wrote nothing to the folder"
+    graded = json.loads(report.read_text())
+    assert graded["score"] > 0
+    return graded
+
+
+def _third_party_only(folder: Path, package: str) -> None:
+    written = [p for p in folder.rglob("*.pyc")]
+    assert any(f"/{package}/" in str(p) for p in written), f"nothing of {package} was written to the folder"
     ours = [p for p in written if str(REPO) in str(p) and "site-packages" not in str(p)]
     assert not ours, f"the grader's or the assignment's bytecode reached the folder: {ours[:5]}"
+
+
+@pytest.mark.slow
+def test_a_grading_leaves_no_bytecode_of_the_grader_or_the_hidden_tests(tmp_path):
+    """A worker can read the folder: what a grading writes there is third-party code only."""
+    env = {**os.environ, "TMPDIR": str(tmp_path), bytecode.SWITCH: "on"}
+    env.pop("PYTHONPYCACHEPREFIX", None)
+    _graded(tmp_path, env)
+    _third_party_only(tmp_path / "grader-bytecode", "_pytest")
+
+
+@pytest.mark.slow
+def test_a_grading_host_writes_torch_and_nothing_of_ours(tmp_path, monkeypatch):
+    """The same for a warm grading host (grader/grading/warm_host.py), which imports torch and
+    pytest inside the window and runs its sessions after it."""
+    from grader.warm.hosts import HostProcess
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setenv(bytecode.SWITCH, "on")
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    host = HostProcess(TOY, "cpu", {})
+    try:
+        graded = _graded(tmp_path, {**os.environ, **host.env()})
+        assert graded["extra_data"]["instructor"]["test_process"]["warm"] is True
+    finally:
+        host.close()
+    _third_party_only(tmp_path / "grader-bytecode", "torch")
