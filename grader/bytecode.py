@@ -20,10 +20,11 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import stat
 import sys
 import tempfile
 from pathlib import Path
+
+from .files import private_folder
 
 SWITCH = "GRADER_BYTECODE"      # "auto" (default): used where torch has no bytecode of its own; "on"; "off"
 PREFIX_ENV = "PYTHONPYCACHEPREFIX"
@@ -43,14 +44,11 @@ def installation_lacks_bytecode(package: str = "torch") -> bool:
 
 
 def _ours(path: Path) -> bool:
-    """A real folder of this user that no one else may write (made so if missing)."""
-    with contextlib.suppress(FileExistsError):
-        path.mkdir(mode=0o755)
     try:
-        st = os.lstat(path)
-    except OSError:
+        private_folder(path, others_read=True)
+    except (OSError, RuntimeError):
         return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+    return True
 
 
 def chosen() -> Path | None:
@@ -96,3 +94,12 @@ def writing():
     finally:
         os.umask(umask)
         sys.dont_write_bytecode = before
+
+
+def imported(name: str):
+    """The third-party module `name`, imported inside writing() if this process has not imported
+    it yet: a grading host's later sessions find it imported and leave bytecode and umask alone."""
+    if name in sys.modules:
+        return sys.modules[name]
+    with writing():
+        return importlib.import_module(name)

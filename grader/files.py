@@ -38,14 +38,15 @@ def atomic_write(path: Path, data: str | bytes) -> None:
             f.write(data)
 
 
-def private_folder(folder: Path) -> Path:
+def private_folder(folder: Path, others_read: bool = False) -> Path:
     """`folder`, made if missing (mode 0700), once it is a real folder of this user that nobody
     else may enter: under /tmp anyone could have made it first, and then read or remove the
-    locks the grader keeps there."""
+    locks the grader keeps there. `others_read`: mode 0755, and nobody else may write it (what
+    the grader's workers read, such as grader/bytecode.py's folder)."""
     folder = Path(folder)
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    folder.mkdir(mode=0o755 if others_read else 0o700, parents=True, exist_ok=True)
     st = os.lstat(folder)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & (0o022 if others_read else 0o077):
         raise RuntimeError(f"{folder} is not a private folder of ours; refusing to use it")
     return folder
 

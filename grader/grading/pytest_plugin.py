@@ -135,12 +135,10 @@ class SessionPlugin:
         self.grading: Grading | None = None
 
     def start(self) -> None:
-        """The grading's workers spawned, before pytest starts: pytest imports the suites'
-        conftest.py (and torch with it) ahead of any configure hook, and the workers' own imports
-        are to overlap that one. Workers started in pytest_configure began after it, and a fresh
-        machine's first grading waited for them (docs/instructor.md)."""
-        if self.grading is not None:
-            return
+        """The grading's workers spawned, before pytest starts (grader/grading/session.py): pytest
+        imports the suites' conftest.py (and torch with it) ahead of any configure hook, and the
+        workers' own imports are to overlap that one. Workers started in pytest_configure began
+        after it, and a fresh machine's first grading waited for them (docs/instructor.md)."""
         grading = self.grading = Grading(self.spec, self.assignment, self.workers)
         grading.write(state_records.SANDBOX, grading.confinement.describe())
         if not self.spec.collect_only:
@@ -151,23 +149,18 @@ class SessionPlugin:
                 grading.reference()
 
     def close(self) -> None:
-        """The grading's workers ended, once (pytest_unconfigure; or the session's end, where
-        pytest stopped before configuring)."""
+        """The grading's workers ended, once pytest has (grader/grading/session.py)."""
         grading, self.grading = self.grading, None
         if grading is not None:
             grading.close()
 
     def pytest_configure(self, config):
-        self.start()
         grading = config.stash[_KEY] = self.grading
         if grading.device == "cuda":
             import torch
             grading.write(state_records.DEVICE, {"device_name": torch.cuda.get_device_name(0),
                                            "cuda": torch.version.cuda or "",
                                            "uuid": machines.device_uuid(torch.cuda.get_device_properties(0))})
-
-    def pytest_unconfigure(self, config):
-        self.close()
 
 
 def pytest_configure(config):

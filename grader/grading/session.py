@@ -14,9 +14,8 @@ from .session_spec import SessionSpec, SpecError
 def run(spec: SessionSpec, workers=None) -> int:
     """The session in this process: pytest over the hidden suites, with the plugin handed
     `workers` (grader/grading/workers.py; default: each worker started for this grading alone)."""
-    from .. import bytecode
-    with bytecode.writing():        # third-party only: see grader/bytecode.py
-        import pytest
+    from .. import bytecode         # their bytecode kept where torch has none (grader/bytecode.py)
+    pytest = bytecode.imported("pytest")
 
     from . import pytest_plugin
     from ..assignment import Assignment
@@ -26,8 +25,7 @@ def run(spec: SessionSpec, workers=None) -> int:
     try:
         plugin.start()          # the workers first: their imports overlap this process's torch
         if spec.device == "cuda":
-            with bytecode.writing():
-                import torch  # noqa: F401  (the suites' conftest.py would, as pytest loads it)
+            bytecode.imported("torch")      # the suites' conftest.py would, as pytest loads it
         return int(pytest.main(spec.pytest_args(assignment.hidden_tests), plugins=[pytest_plugin, plugin]))
     finally:
         plugin.close()

@@ -79,12 +79,11 @@ class Host:
             from ..assignment import Assignment
             self.workers.ahead(Assignment.load(self.assignment), self.device)
         marks("workers_ahead_s")
-        from .. import bytecode
-        with bytecode.writing():        # third-party only: see grader/bytecode.py
-            import pytest  # noqa: F401
-            marks("pytest_s")
-            import torch
-            marks("torch_s")
+        from .. import bytecode         # their bytecode kept where torch has none (grader/bytecode.py)
+        bytecode.imported("pytest")
+        marks("pytest_s")
+        torch = bytecode.imported("torch")
+        marks("torch_s")
 
         from . import pytest_plugin  # noqa: F401  (imported here once, not in each session)
         marks("plugin_s")

@@ -174,7 +174,7 @@ class Worker:
             if key in os.environ:
                 env[key] = os.environ[key]
         if (prefix := bytecode.in_use()) is not None:
-            env["PYTHONPYCACHEPREFIX"] = prefix     # read only: see grader/bytecode.py
+            env[bytecode.PREFIX_ENV] = prefix       # read only: see grader/bytecode.py
         if device == "cpu":
             env["TRITON_INTERPRET"] = "1"
         cmd = [sys.executable, "-s", str(scratch / "worker" / "worker.py"), "--fd", str(theirs.fileno()),

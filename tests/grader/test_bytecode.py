@@ -2,6 +2,7 @@
 written only with third-party packages, never with the grader's or an assignment's code."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -99,11 +100,21 @@ def test_a_grading_leaves_no_bytecode_of_the_grader_or_the_hidden_tests(tmp_path
     _third_party_only(tmp_path / "grader-bytecode", "_pytest")
 
 
+@pytest.fixture
+def short_tmp():
+    """A temporary folder with a short path: the host's socket is made under it, and a socket's
+    path may not pass 107 bytes (pytest's own folders under xdist do)."""
+    path = Path(tempfile.mkdtemp(prefix="bc-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.mark.slow
-def test_a_grading_host_writes_torch_and_nothing_of_ours(tmp_path, monkeypatch):
+def test_a_grading_host_writes_torch_and_nothing_of_ours(short_tmp, monkeypatch):
     """The same for a warm grading host (grader/grading/warm_host.py), which imports torch and
     pytest inside the window and runs its sessions after it."""
     from grader.warm.hosts import HostProcess
+    tmp_path = short_tmp
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setenv(bytecode.SWITCH, "on")
     monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
