@@ -164,9 +164,10 @@ def noisy_class(copies: int, jobs: int, work: Path, k: int, noisy: str | None = 
 
 def time_went(reports: list[dict]) -> dict:
     """Mean seconds per grading: in its tests, waiting for the GPU's turn (at checkpoints among
-    them) and for a quiet GPU (pytest_plugin's figures), and the three slowest tests."""
-    totals: dict[str, float] = {"tests_s": 0.0, "gpu_turn_wait_s": 0.0, "gpu_checkpoint_wait_s": 0.0,
-                                "gpu_quiet_wait_s": 0.0}
+    them) and for a quiet GPU, timing again beside foreign work (pytest_plugin's figures), and
+    the three slowest tests."""
+    waits = ("gpu_turn_wait_s", "gpu_checkpoint_wait_s", "gpu_quiet_wait_s", "gpu_quiet_redo_s")
+    totals: dict[str, float] = {"tests_s": 0.0, **dict.fromkeys(waits, 0.0)}
     per_test: dict[str, float] = {}
     for report in reports:
         for test in report.get("tests", []):
@@ -174,7 +175,7 @@ def time_went(reports: list[dict]) -> dict:
             duration = float(detail.get("duration_s") or 0.0)
             figures = detail.get("figures") or {}
             totals["tests_s"] += duration
-            for key in ("gpu_turn_wait_s", "gpu_checkpoint_wait_s", "gpu_quiet_wait_s"):
+            for key in waits:
                 totals[key] += float(figures.get(key) or 0.0)
             name = str(test.get("name", "?"))[:60]
             per_test[name] = per_test.get(name, 0.0) + duration
@@ -197,7 +198,8 @@ def timing_windows(reports: list[dict]) -> dict:
             for key, value in figures.items():
                 if key == "measure_wall_s":      # a window several tests share counts once
                     value = float(value or 0.0) / max(1.0, float(figures.get("window_cases") or 1.0))
-                if key in ("gpu_alone_s", "measure_wall_s", "gpu_quiet_wait_s") or key.startswith("spent_"):
+                if key in ("gpu_alone_s", "measure_wall_s", "gpu_quiet_wait_s", "gpu_quiet_redo_s") \
+                        or key.startswith("spent_"):
                     totals[key] = totals.get(key, 0.0) + float(value or 0.0)
     n = max(1, len(reports))
     return {k: round(v / n, 3) for k, v in sorted(totals.items())}

@@ -67,6 +67,8 @@ class QuietGpu:
         self.unchecked = self.handle is None
         self.budget_s = BUDGET_S
         self.waited_s = 0.0                # waiting for quiet, over the grading
+        self.redone_s = 0.0                # measurements thrown away for foreign work in them: the
+                                           # neighbours' cost, as a wait is (validate's budgets)
         # What a measurement runs inside: the plugin sets the GPU's exclusive turn here for a
         # timing test, so that the grading holds the GPU alone for its measurements only.
         self.window: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
@@ -133,7 +135,7 @@ class QuietGpu:
             self.budget_s -= time.monotonic() - waited      # only waiting counts, not measuring
             if busy:
                 break
-            start = _now_us()
+            start, window_began = _now_us(), time.monotonic()
             with _Watch(self, start, ours) as watch:
                 result = fn()
                 end = _now_us()
@@ -143,6 +145,7 @@ class QuietGpu:
                 self.windows.append(attempt)
                 return result
             beside += 1
+            self.redone_s += time.monotonic() - window_began
             if time.monotonic() >= deadline:
                 break
         tried = f"{beside} measurement(s) made beside it and " if beside else ""
@@ -194,7 +197,7 @@ class Unchecked:
     """Where there is no GPU: measurements run as they are (nothing is scored on a timing there)."""
     unchecked = True
     problem = None
-    waited_s = 0.0
+    waited_s = redone_s = 0.0
 
     def __init__(self):
         self.windows: list[int] = []

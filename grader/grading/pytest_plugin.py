@@ -310,7 +310,7 @@ def measure(request, quiet_gpu):
     must be backed by a quiet_gpu.measure (one may back several: its `serves`), so a timing
     beside foreign work never scores."""
     windows = len(quiet_gpu.windows)
-    request.node.stash[_QUIET_FROM] = (quiet_gpu, windows, quiet_gpu.waited_s)
+    request.node.stash[_QUIET_FROM] = (quiet_gpu, windows, quiet_gpu.waited_s, quiet_gpu.redone_s)
 
     def record(value: float) -> None:
         if quiet_gpu.serving <= 0 and not quiet_gpu.unchecked:
@@ -485,9 +485,10 @@ def pytest_json_runtest_metadata(item, call):
         # what a hidden test saw (record_property("detail", ...)): the instructor's, never the student's
         record["detail"] = str(detail)[:DETAIL_CHARS]
     if call.when == "call" and _QUIET_FROM in item.stash:
-        quiet, windows, waited = item.stash[_QUIET_FROM]
+        quiet, windows, waited, redone = item.stash[_QUIET_FROM]
         item.stash.setdefault(_WAITS, {}).update(
-            gpu_quiet_wait_s=round(quiet.waited_s - waited, 3), gpu_quiet_attempts=float(sum(quiet.windows[windows:])))
+            gpu_quiet_wait_s=round(quiet.waited_s - waited, 3), gpu_quiet_redo_s=round(quiet.redone_s - redone, 3),
+            gpu_quiet_attempts=float(sum(quiet.windows[windows:])))
     held = item.stash.get(_TURN, None)
     if call.when == "call" and held is not None:
         waits = item.stash.setdefault(_WAITS, {})

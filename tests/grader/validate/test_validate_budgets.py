@@ -65,6 +65,22 @@ def test_waiting_for_the_neighbours_on_a_shared_gpu_is_not_the_gradings_own_cost
     assert "waited 9.00 s" in v.budget_table([row], BUDGETS)
 
 
+def test_a_timing_made_again_beside_foreign_work_is_not_the_gradings_own_cost():
+    """A quiet window thrown away because a neighbour's work ran in it (gpu_quiet_redo_s) was
+    spent on the neighbour's account, as a wait for the window is."""
+    results = [TestResult(f"test_performance.py::t{i}", name, "contract", "passed", duration_s=4.5 if i else 0.5,
+                          figures={"gpu_quiet_wait_s": 0.5, "gpu_quiet_redo_s": 2.5} if (i and name == "write") else None)
+               for name in ASSIGNMENT.areas for i in range(2)]
+    made = build(ASSIGNMENT, score(ASSIGNMENT, results, "cpu"), results,
+                 submission={"file": "x.py", "sha256": "0" * 64, "bytes": 1},
+                 environment={"device": "cpu", "device_name": "cpu", "python": "3", "torch": "t", "triton": "t",
+                              "triton_interpreter": True},
+                 sandbox={"privilege_drop": True, "uid": 61234}, phases={"total_s": 1.0}, instructor={"seed": 1})
+    row = v.judge(entry("reference", "reference"), made, CPU, budgets=BUDGETS, call_timeout_s=60)
+    assert row.seconds["write"] == pytest.approx(2.0) and row.waited["write"] == pytest.approx(3.0)
+    assert not [p for p in row.problems if "write" in p], row.problems
+
+
 def test_an_area_not_measured_is_judged_neither_way_its_seconds_included():
     """No quiet window came (foreign work on the GPU): the grading is regraded, and the area's
     measurements, made again beside that work, are not its cost. The other areas still count."""
