@@ -1,5 +1,6 @@
 """What one grading costs on a GPU, and how many a GPU grades a minute: the checks behind the
-figures in docs/performance.md ("Gradings a minute"), in parts of under ten minutes each.
+figures in docs/instructor.md ("What a grading costs on one H200, and where its time goes"), in
+parts of under ten minutes each.
 
     python bench/h200_checks.py first  [--out DIR]   # a fresh machine's first gradings, one at a time
     python bench/h200_checks.py rate   [--copies 24] [--jobs N] [--out DIR]
