@@ -38,6 +38,7 @@ class Memo:
     value: Any
     age_s: float
     made_here: bool
+    waited_s: float = 0.0      # for another grading making it: its neighbours' cost, not its own
 
 
 class GpuMemo:
@@ -74,17 +75,20 @@ class GpuMemo:
             kept = self.read(name)
             if kept is not None:
                 return kept
+        asked = time.monotonic()
         with self._locked(name, wait) as locked:
+            waited = time.monotonic() - asked
             if not locked:
                 return None
             kept = self.read(name)
             if kept is not None:
+                kept.waited_s = waited
                 return kept
             value = make()
             if keep(value):
                 atomic_write(self._path(name), json.dumps(
                     {"fingerprint": self.fingerprint, "made": time.time(), "value": value}))
-            return Memo(value, 0.0, made_here=True)
+            return Memo(value, 0.0, made_here=True, waited_s=waited)
 
     @contextlib.contextmanager
     def _locked(self, name: str, wait: bool = True):

@@ -19,7 +19,7 @@ import pytest
 from ..gpu import machines
 from . import state_records
 from ..assignment import Assignment
-from .scoring import DETAIL_CHARS, WORKER_START
+from .scoring import DETAIL_CHARS, NEIGHBOURS, WORKER_START
 from ..sandbox import SandboxFailure, Submission, SubmissionError, SubmissionUnavailable
 from .workers import confinement_for, started
 
@@ -48,6 +48,9 @@ class Grading:
         self.failed_areas: set[str] = set()        # areas with a test that failed so far
         self.current: str | None = None             # the node id of the test being set up or run
         self.charged: dict[str, dict[str, float]] = {}   # node id -> area -> seconds (charge_time)
+        # Seconds waited for other gradings on a shared GPU that no test's figures hold: another's
+        # making of a GPU memo, a turn and a quiet window taken outside a test (gpu_share).
+        self.neighbours_s = 0.0
         self._spare = workers.spare_for(self)
         if self._spare is not None:
             self.confinement = self._spare.conf
@@ -337,17 +340,23 @@ class _NoTurn:
 def charge_time(request):
     """charge_time(area) is a context manager whose seconds count in `area`'s time rather than
     in the test it runs under: a session fixture set up for one area (the reference's timing,
-    for performance) runs in the setup of whichever test comes first."""
+    for performance) runs in the setup of whichever test comes first. What it waited for other
+    gradings meanwhile (Grading.neighbours_s) counts in no area: report.build shows it as a
+    phase."""
     grading = _grading(request.config)
 
     @contextlib.contextmanager
     def charge(area: str):
-        start = time.monotonic()
+        start, waited = time.monotonic(), grading.neighbours_s
         try:
             yield
         finally:
             spent = grading.charged.setdefault(grading.current or "", {})
-            spent[area] = spent.get(area, 0.0) + time.monotonic() - start
+            took = time.monotonic() - start
+            aside = min(took, max(0.0, grading.neighbours_s - waited))
+            spent[area] = spent.get(area, 0.0) + took - aside
+            if aside:
+                spent[NEIGHBOURS] = spent.get(NEIGHBOURS, 0.0) + aside
     return charge
 
 
@@ -362,7 +371,7 @@ def worker_started(request, charge_time):
 
 
 @pytest.fixture(scope="session")
-def gpu_share(device):
+def gpu_share(request, device):
     """gpu_share() is a context manager holding a shared turn on this GPU (see gpu_turn) for
     work outside a test, such as timing the reference before the first one; its
     `exclusive()` gives the GPU to this grading alone for a block. Inside a test it is the
@@ -371,10 +380,24 @@ def gpu_share(device):
     if device.type != "cuda":
         return lambda: contextlib.nullcontext(_NoTurn())
     from ..gpu import turns as gpu_turns
+    grading = _grading(request.config)
+
+    @contextlib.contextmanager
+    def outside_a_test():
+        # Its waits are in no test's figures (gpu_turn records a test's): they are kept for
+        # charge_time, which leaves them out of the area it charges.
+        quiet = request.getfixturevalue("quiet_gpu")
+        asked, quiet_before = time.monotonic(), quiet.waited_s + quiet.redone_s
+        with gpu_turns.turn(gpu_turns.gpu_key(), exclusive=False) as held:
+            taken = time.monotonic() - asked
+            try:
+                yield held
+            finally:
+                grading.neighbours_s += taken + held.waited_s + quiet.waited_s + quiet.redone_s - quiet_before
 
     def share():
         held = gpu_turns.current()
-        return contextlib.nullcontext(held) if held is not None else gpu_turns.turn(gpu_turns.gpu_key(), exclusive=False)
+        return contextlib.nullcontext(held) if held is not None else outside_a_test()
     return share
 
 
@@ -388,8 +411,22 @@ def gpu_memo(request, device):
         return None
     from ..gpu import memo as gpu_memo, turns as gpu_turns
     ttl = float(os.environ.get("GRADER_GPU_MEMO_TTL_S", gpu_memo.TTL_S))
-    return gpu_memo.GpuMemo(gpu_turns.lock_dir(), gpu_turns.gpu_key(device.index or 0),
-                            gpu_memo.fingerprint(_grading(request.config).assignment), ttl)
+    grading = _grading(request.config)
+    return _WaitsKept(gpu_memo.GpuMemo(gpu_turns.lock_dir(), gpu_turns.gpu_key(device.index or 0),
+                                       gpu_memo.fingerprint(grading.assignment), ttl), grading)
+
+
+class _WaitsKept:
+    """A GpuMemo whose waits for another grading's making count as the grading's neighbours'."""
+
+    def __init__(self, memo, grading):
+        self._memo, self._grading = memo, grading
+
+    def get(self, *args, **kwargs):
+        got = self._memo.get(*args, **kwargs)
+        if got is not None:
+            self._grading.neighbours_s += got.waited_s
+        return got
 
 
 @pytest.fixture(autouse=True)
@@ -465,9 +502,11 @@ def pytest_json_runtest_metadata(item, call):
     record = {}
     if call.when == "setup":
         record = {"area": area_of(item), "contract": contract_of(item)}
-        grading = item.config.stash.get(_KEY, None)
-        if grading is not None and grading.charged.get(item.nodeid):
-            record["charged"] = {a: round(s, 3) for a, s in grading.charged[item.nodeid].items()}
+    grading = item.config.stash.get(_KEY, None)
+    if grading is not None and grading.charged.get(item.nodeid):
+        # Each phase's record replaces the last's: a charge made in the test's call (a figure
+        # read when it is first needed) counts too.
+        record["charged"] = {a: round(s, 3) for a, s in grading.charged[item.nodeid].items()}
     if call.excinfo is not None and call.when in ("setup", "call"):
         outcome, hint = _hint(call.excinfo)
         if call.when == "setup" and outcome != "skipped" and not isinstance(call.excinfo.value, SandboxFailure):

@@ -11,7 +11,7 @@ from .. import __version__
 from ..assignment import Assignment
 from ..files import replacing
 from .report_reader import ReportError as ReportError, read as read   # the reader, beside the writer
-from .scoring import OUTCOMES, WORKER_START, AreaResult, TestResult, regrade, totals
+from .scoring import NEIGHBOURS, OUTCOMES, WORKER_START, AreaResult, TestResult, regrade, totals
 
 SCHEMA = Path(__file__).with_name("results.schema.json")
 
@@ -23,19 +23,19 @@ def build(assignment: Assignment, areas: dict[str, AreaResult], results: list[Te
     order = {name: i for i, name in enumerate(assignment.areas, start=1)}
     counters: dict[str, int] = {}
     seconds: dict[str, float] = {}     # wall time of each area's tests, setup and teardown included
-    worker_start = 0.0                 # charged to the worker's start: a phase, not an area
+    as_phases = {WORKER_START: "worker_start_s", NEIGHBOURS: "gpu_neighbours_wait_s"}   # not areas
+    in_phases: dict[str, float] = {}
     for r in results:
-        moved = {a: s for a, s in r.charged.items() if (a in order or a == WORKER_START) and s >= 0}
+        moved = {a: s for a, s in r.charged.items() if (a in order or a in as_phases) and s >= 0}
         if sum(moved.values()) > r.duration_s:
             moved = {}              # more than the test took: a damaged record moves nothing
         seconds[r.area] = seconds.get(r.area, 0.0) + r.duration_s - sum(moved.values())
         for a, s in moved.items():
-            if a == WORKER_START:
-                worker_start += s
+            if a in as_phases:
+                in_phases[as_phases[a]] = in_phases.get(as_phases[a], 0.0) + s
             else:
                 seconds[a] = seconds.get(a, 0.0) + s
-    if worker_start:
-        phases = {**phases, "worker_start_s": round(worker_start, 3)}
+    phases = {**phases, **{k: round(s, 3) for k, s in in_phases.items() if s}}
     tests = []
     for r in sorted(results, key=lambda r: order[r.area]):
         counters[r.area] = counters.get(r.area, 0) + 1

@@ -15,6 +15,11 @@ OUTCOMES = ("passed", "failed", "error", "crashed", "timeout", "skipped", "not_m
 # Not an area: seconds charged to it (the submission's worker starting, before the first test)
 # are taken out of that test's area and reported as a phase, worker_start_s (report.build).
 WORKER_START = "(worker start)"
+# Nor this: seconds a session fixture waited for other gradings on a shared GPU (another's making
+# of a figure they share, a turn or a quiet window taken outside a test), reported as the phase
+# gpu_neighbours_wait_s. A test's own waits stay in its area and in its figures (validate
+# leaves them out of the budgets).
+NEIGHBOURS = "(neighbours' work)"
 
 
 @dataclass

@@ -94,3 +94,25 @@ def test_a_grading_that_will_not_wait_goes_on_while_another_makes_the_figure(tmp
     fresh = GpuMemo(tmp_path / "x", "gpu-a", "fp")
     (tmp_path / "x").mkdir()
     assert fresh.get("timings", lambda: {"t": 3.0}, wait=False).made_here, "nobody making it: made here"
+
+
+def test_the_wait_for_another_gradings_making_is_told_apart_from_the_making(tmp_path):
+    """What a grading stood behind another's lock is its neighbours' cost (the suite charges it
+    to no area); the maker's own seconds are not a wait."""
+    memo = GpuMemo(tmp_path, "gpu-a", "fp")
+    making = threading.Event()
+    made = {}
+
+    def slow_make():
+        making.set()
+        time.sleep(0.6)
+        return {"t": 2.0}
+    maker = threading.Thread(target=lambda: made.update(memo=memo.get("timings", slow_make)))
+    maker.start()
+    assert making.wait(5)
+    waiter = GpuMemo(tmp_path, "gpu-a", "fp").get("timings", lambda: {"t": 9.0})
+    maker.join(10)
+    assert waiter.value == {"t": 2.0} and not waiter.made_here
+    assert 0.3 <= waiter.waited_s < 5, f"the wait behind the maker was {waiter.waited_s:.2f} s"
+    assert made["memo"].made_here and made["memo"].waited_s < 0.1
+    assert GpuMemo(tmp_path, "gpu-a", "fp").get("timings", lambda: {"t": 9.0}).waited_s < 0.1

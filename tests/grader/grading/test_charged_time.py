@@ -5,7 +5,7 @@ from pathlib import Path
 
 from grader.assignment import Assignment
 from grader.grading.report import build
-from grader.grading.scoring import TestResult, score
+from grader.grading.scoring import NEIGHBOURS, TestResult, score
 
 REPO = Path(__file__).resolve().parents[3]
 ASSIGNMENT = Assignment.load(REPO / "assignment" / "l1_paged_kv_write")
@@ -36,3 +36,16 @@ def test_a_charge_to_an_unknown_area_or_beyond_the_test_moves_nothing_it_should_
     seconds, _ = _seconds(results)
     assert seconds["write"] == 1.0
     assert seconds["padding"] == 1.0 and seconds["performance"] == 0.0, "no time is made up"
+
+
+def test_a_charged_wait_for_the_neighbours_is_a_phase_and_in_no_area():
+    """The reference's timing waited for another grading's (a memo being made, a quiet window):
+    the seconds are the neighbours', shown as a phase, counted in neither the area charged nor
+    the test they ran in, so that no budget pays for them."""
+    results = [TestResult("t::first", "slot_mapping", "c", "passed", duration_s=6.0,
+                          charged={"performance": 2.5, NEIGHBOURS: 3.0}),
+               TestResult("t::perf", "performance", "c", "passed", duration_s=2.0, measure=1.0,
+                          charged={"performance": 0.5, NEIGHBOURS: 1.0})]
+    seconds, report = _seconds(results)
+    assert seconds["slot_mapping"] == 0.5 and seconds["performance"] == 3.5
+    assert report["extra_data"]["phases"]["gpu_neighbours_wait_s"] == 4.0

@@ -40,7 +40,8 @@ def reference_timings(request, device, submission, run_seed, gpu_share, quiet_gp
         return _time_reference(reference, device, submission, run_seed, gpu_share, quiet_gpu)
 
     def get(wait: bool):
-        # All of it counts in the performance area, not in the test whose setup it runs in.
+        # It counts in the performance area, not in the test whose setup it runs in; what it
+        # waited for other gradings (their timing of it, their work in its window) in neither.
         with charge_time("performance"):
             memo = gpu_memo.get("l1-reference-timings", make, wait=wait,
                                 keep=lambda timings: all("t_ref_s" in timings.get(case, {}) for case in CASES))
