@@ -60,7 +60,7 @@ def copy_ceiling(device) -> float:
     H200 one grading measured 4.23 TB/s in its first test and 3.80 in the next two, and a
     ceiling measured low flags honest times as too fast. So the copies are timed only after
     WARM_COPIES untimed ones back to back, and a timing window measures it at its start and at
-    its end (docs/performance.md: a ceiling measured below the reference's own bandwidth)."""
+    its end (docs/timing.md, "A copy ceiling measured low")."""
     src = torch.empty(1 << 30, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     for _ in range(WARM_COPIES):
