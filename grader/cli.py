@@ -70,7 +70,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("submit", "submit-status", "submit-history", "submit-download", "submit-regrade"):
         return submit_client.run(args)
     if args.command in ("grade-all", "summary", "similarity", "serve", "tokens", "hand-ins", "extend"):
-        return args.run(args)
+        try:
+            return args.run(args)
+        except ModuleNotFoundError as exc:
+            # The instructor's commands stand on packages a student's environment lacks (the
+            # service's web and database stack, the similarity report's): name the one missing.
+            if not exc.name or exc.name.split(".")[0] == "grader":
+                raise
+            return _fail(f"`{args.command}` needs the Python package {exc.name.split('.')[0]!r}, which is not "
+                         "installed here: pip install -r requirements/instructor.txt")
     if args.command == "validate":
         from .validate.matrix import main as validate
         return validate(args)
