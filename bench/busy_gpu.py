@@ -9,7 +9,7 @@
 3. A class of one noisy corpus entry (--noisy: gpu_thread_twin, the reference plus a thread that
    copies GPU memory in bursts from import; or gpu_work_after_return, which leaves seconds of
    GPU work queued after every call) and N distinct reference copies, graded K times with
-   `grade-all --jobs J`: every reference copy must score full marks.
+   `grade-all` (--jobs J, or its default): every reference copy must score full marks.
 4. With --rate-copies M: M reference copies alone, for the class rate (gradings a minute) to
    set beside the noisy classes' rate.
 Prints a table per check and exits 1 if any check failed.
@@ -111,15 +111,16 @@ def cold_beside_load(n: int, work: Path) -> list[dict]:
     return out
 
 
-def noisy_class(copies: int, jobs: int, work: Path, k: int, noisy: str | None = "gpu_thread_twin",
+def noisy_class(copies: int, jobs: int | None, work: Path, k: int, noisy: str | None = "gpu_thread_twin",
                 deadline_s: float | None = None, keep: Path | None = None) -> list[dict]:
     """The class graded within deadline_s; the noisy entry's report kept at `keep`."""
     assignment = Assignment.find(None)
-    mutants = Path(tempfile.mkdtemp(prefix="grader-mutants-"))
     course = work / f"class-{k}"
     students = {}
     if noisy:
-        students["noisy"] = next(e for e in load_corpus(assignment, mutants=mutants) if e.name == noisy).file.read_text()
+        with tempfile.TemporaryDirectory(prefix="grader-mutants-") as mutants:
+            students["noisy"] = next(e for e in load_corpus(assignment, mutants=Path(mutants))
+                                     if e.name == noisy).file.read_text()
     for i in range(copies):
         students[f"ref{i:02d}"] = REFERENCE.read_text() + f"\n# copy {i}\n"
     for student, text in students.items():
@@ -128,7 +129,7 @@ def noisy_class(copies: int, jobs: int, work: Path, k: int, noisy: str | None = 
         (folder / assignment.submission).write_text(text)
     t, began = time.monotonic(), time.time()
     proc = subprocess.Popen([sys.executable, "-m", "grader", "grade-all", "--course", str(course), "--assignment",
-                             str(assignment.folder), "--device", "cuda", "--jobs", str(jobs)], cwd=ROOT,
+                             str(assignment.folder), "--device", "cuda", *(["--jobs", str(jobs)] if jobs else [])], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         proc.wait(timeout=deadline_s)
@@ -210,7 +211,7 @@ def main() -> int:
     ap.add_argument("--cold", type=int, default=5)
     ap.add_argument("--class-copies", type=int, default=8)
     ap.add_argument("--classes", type=int, default=2)
-    ap.add_argument("--jobs", type=int, default=3)
+    ap.add_argument("--jobs", type=int, help="gradings at once (default: grade-all's own for the GPU)")
     ap.add_argument("--noisy", default="gpu_thread_twin", help="the noisy corpus entry of each class")
     ap.add_argument("--rate-copies", type=int, default=0,
                     help="then a class of this many reference copies alone, for the class rate")
@@ -226,11 +227,11 @@ def main() -> int:
     found["cold"] = cold_beside_load(args.cold, work)
     found["classes"] = []
     for k in range(args.classes):
-        print(f"class {k}: {args.noisy} and {args.class_copies} reference copies, --jobs {args.jobs}:", flush=True)
+        print(f"class {k}: {args.noisy} and {args.class_copies} reference copies, --jobs {args.jobs or 'default'}:", flush=True)
         found["classes"] += noisy_class(args.class_copies, args.jobs, work, k, args.noisy, args.deadline,
                                         Path(args.out).with_name(f"noisy-{k}.json"))
     if args.rate_copies:
-        print(f"rate: {args.rate_copies} reference copies, --jobs {args.jobs}, nothing else on the GPU:", flush=True)
+        print(f"rate: {args.rate_copies} reference copies, --jobs {args.jobs or 'default'}, nothing else on the GPU:", flush=True)
         found["classes"] += noisy_class(args.rate_copies, args.jobs, work, args.classes, noisy=None,
                                         deadline_s=args.deadline)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
