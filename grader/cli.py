@@ -75,10 +75,11 @@ def main(argv: list[str] | None = None) -> int:
         except ModuleNotFoundError as exc:
             # The instructor's commands stand on packages a student's environment lacks (the
             # service's web and database stack, the similarity report's): name the one missing.
-            if not exc.name or exc.name.split(".")[0] == "grader":
+            package = (exc.name or "grader").split(".")[0]
+            if package == "grader":
                 raise
-            return _fail(f"`{args.command}` needs the Python package {exc.name.split('.')[0]!r}, which is not "
-                         "installed here: pip install -r requirements/instructor.txt")
+            return _fail(f"`{args.command}` needs the Python package {package!r}, which is not installed "
+                         "here: pip install -r requirements/instructor.txt")
     if args.command == "validate":
         from .validate.matrix import main as validate
         return validate(args)

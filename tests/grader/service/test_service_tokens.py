@@ -1,5 +1,10 @@
 """Tokens as students type them: `--token T` on the client's command line, so no token may start
-with "-", which argparse reads as an option (one token in 64 did, before)."""
+with "-", which argparse reads as an option (one token in 64 did, before). And `tokens` on a
+machine without the service's packages: a sentence, not a traceback."""
+import subprocess
+import sys
+from pathlib import Path
+
 from grader.service import tokens
 from grader.service.store import Store
 
@@ -17,9 +22,6 @@ def test_no_token_starts_with_a_dash(tmp_path):
 def test_an_instructor_command_without_its_packages_says_which_to_install(tmp_path):
     """A machine set up for students (no SQLAlchemy) running `tokens`: one line naming the package
     and the requirements file, exit 2, no traceback."""
-    import subprocess
-    import sys
-    from pathlib import Path
     course = tmp_path / "course"
     course.mkdir()
     code = ("import sys; sys.modules['sqlalchemy'] = None; from grader.cli import main; "
