@@ -61,6 +61,9 @@ AFTER_A_TIMEOUT = 0.25
 # Other deaths (a segfault) depend on the inputs: a kernel with a wrong offset crashes on
 # some tests and passes others, so they cost only the test in flight.
 MEMORY_TO_GIVE_UP = 3
+# A worker the GPU watch ended (gpu_watch.py) is not started again: its file left GPU work
+# running after a call, and a fresh worker of the same file does it again at its next calls,
+# where every neighbour's timing waits on it. The test in flight says why; the rest fail at once.
 # How long a worker that answered is given to unmap what it was handed and say so, before it
 # is frozen anyway.
 IDLE_WAIT_S = 2.0
@@ -687,8 +690,14 @@ class Submission:
         try:
             reply, blobs = worker.request(header, min(timeout, max(1.0, self.budget)), fds)
         except SandboxFailure as exc:
+            ended_by_watch = worker.ended_for is not None
             self._discard(f"{name}: {exc}")
             self._count_failure(exc)
+            if ended_by_watch:
+                self.unavailable = ("the grader ended your code earlier in this grading because it left work "
+                                    "running on the GPU after a call had returned (the first test that failed "
+                                    "so says more), so the remaining tests were not run. A call must finish all "
+                                    "the GPU work it starts before it returns")
             if not self.unavailable:
                 self.start()       # the next worker imports torch while the next test builds its inputs
             raise

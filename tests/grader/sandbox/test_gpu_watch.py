@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grader.sandbox import Confinement, Submission, WorkerCrashed
+from grader.sandbox import Confinement, Submission, SubmissionUnavailable, WorkerCrashed
 from grader.sandbox.gpu_watch import BUSY_SAMPLES, FROZEN_GRACE_S, FrozenGpuWatch, left_running
 from grader.sandbox.nvml import Sample
 
@@ -42,10 +42,11 @@ def test_a_frozen_worker_seen_busy_past_the_grace_is_ended_with_a_reason_that_te
     assert "process 7" in why and "must finish all the GPU work it starts before it returns" in why
 
 
-def test_an_ended_worker_fails_the_next_call_with_the_reason_and_the_one_after_gets_a_fresh_worker():
+def test_an_ended_worker_fails_the_next_call_with_the_reason_and_no_worker_of_the_file_starts_again():
     """What the watch does to a convicted worker (end_for, from its thread) is seen by the grading
-    at its next call: that call fails with the watch's reason, the test in flight is lost, and the
-    call after it runs in a fresh worker, as after any crash."""
+    at its next call: that call fails with the watch's reason, and the test in flight is lost. No
+    fresh worker of that file is started: its next calls would leave GPU work running again, each
+    neighbour's timing waiting on it, so every later call fails at once saying why."""
     conf = Confinement.prepare("cpu", [], want_uid=False)
     sub = Submission(TOY / "segfault_on_seven.py", ["add_into", "echo"], torch.device("cpu"), conf, timeout=60)
     try:
@@ -56,8 +57,11 @@ def test_an_ended_worker_fails_the_next_call_with_the_reason_and_the_one_after_g
         assert worker.proc.wait(timeout=10) < 0, "the ended worker's process is killed"
         with pytest.raises(WorkerCrashed, match="left work running on the GPU after its call had returned: test"):
             sub.echo(2)
-        assert sub.echo(3) == 3
-        assert sub.restarts == 1 and "left work running" in sub.failures[-1]
+        started = time.monotonic()
+        with pytest.raises(SubmissionUnavailable, match="left work running on the GPU after a call had returned"):
+            sub.echo(3)
+        assert time.monotonic() - started < 1.0, "a later call fails at once, without starting a worker"
+        assert not sub.started and sub.restarts == 1 and "left work running" in sub.failures[-1]
     finally:
         sub.close()
 
