@@ -62,10 +62,16 @@ def test_slot_zero_is_a_real_slot(submission, rng, shared, device, record_proper
     kc, vc = _caches(rng, shared, device)
     key, value = token_rows(rng, T, H, D, DTYPE, device)
     slots = random_slots(rng, T, NB * BS, include_zero=True)
-    # one padding token in the same batch, so that both "skip slot 0" and "send padding
-    # to slot 0" show here
-    slots[int((slots != 0).nonzero()[0])] = -1
     zero_tok = int((slots == 0).nonzero()[0])
+    # One padding token in the same batch, so that a mask of slot > 0 and one of slot >= 0 meet
+    # both kinds. Its row is the slot-0 token's: a kernel that sends padding to slot 0 would race
+    # that token there, and which write lands last differs from run to run on a GPU, so the same
+    # file and seed scored differently. Sending padding to slot 0 is the other tests' finding,
+    # where slot 0 is no real token's.
+    pad_tok = int((slots != 0).nonzero()[0])
+    slots[pad_tok] = -1
+    key[pad_tok], value[pad_tok] = key[zero_tok], value[zero_tok]
+
     def slot_zero_hint(findings):
         if {t for f in findings if f.kind == "not_written" for t in f.tokens} == {zero_tok}:
             return ("the token at slot 0 was not written: slot 0 is the first slot of physical "
@@ -73,12 +79,6 @@ def test_slot_zero_is_a_real_slot(submission, rng, shared, device, record_proper
                     "slot > 0).")
         return None
 
-    def overwritten_hint(findings):
-        if {t for f in findings if f.kind == "wrong_values" for t in f.tokens} == {zero_tok}:
-            return ("slot 0 holds another token's row: a padding token was redirected to slot 0 "
-                    "(clamping -1 to 0 does that); padding tokens must be skipped.")
-        return None
-
-    hints = dict(PADDING_HINTS, not_written=slot_zero_hint, wrong_values=overwritten_hint)
+    hints = dict(PADDING_HINTS, not_written=slot_zero_hint)
     msg = write_and_compare(submission, key, value, kc, vc, slots, record_property, hints=hints)
     assert msg is None, msg
