@@ -61,9 +61,6 @@ AFTER_A_TIMEOUT = 0.25
 # Other deaths (a segfault) depend on the inputs: a kernel with a wrong offset crashes on
 # some tests and passes others, so they cost only the test in flight.
 MEMORY_TO_GIVE_UP = 3
-# A worker the GPU watch ended (gpu_watch.py) is not started again: its file left GPU work
-# running after a call, and a fresh worker of the same file does it again at its next calls,
-# where every neighbour's timing waits on it. The test in flight says why; the rest fail at once.
 # How long a worker that answered is given to unmap what it was handed and say so, before it
 # is frozen anyway.
 IDLE_WAIT_S = 2.0
@@ -694,6 +691,8 @@ class Submission:
             self._discard(f"{name}: {exc}")
             self._count_failure(exc)
             if ended_by_watch:
+                # Not started again: a fresh worker of the same file leaves GPU work running again
+                # at its next calls, and every neighbour's timing waits on it (gpu_watch.py).
                 self.unavailable = ("the grader ended your code earlier in this grading because it left work "
                                     "running on the GPU after a call had returned (the first test that failed "
                                     "so says more), so the remaining tests were not run. A call must finish all "

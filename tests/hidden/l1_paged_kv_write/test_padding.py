@@ -63,11 +63,10 @@ def test_slot_zero_is_a_real_slot(submission, rng, shared, device, record_proper
     key, value = token_rows(rng, T, H, D, DTYPE, device)
     slots = random_slots(rng, T, NB * BS, include_zero=True)
     zero_tok = int((slots == 0).nonzero()[0])
-    # One padding token in the same batch, so that a mask of slot > 0 and one of slot >= 0 meet
-    # both kinds. Its row is the slot-0 token's: a kernel that sends padding to slot 0 would race
-    # that token there, and which write lands last differs from run to run on a GPU, so the same
-    # file and seed scored differently. Sending padding to slot 0 is the other tests' finding,
-    # where slot 0 is no real token's.
+    # One padding token in the same batch, as in a padded batch. Its row is the slot-0 token's:
+    # a kernel that sends padding to slot 0 would race that token there, and which write lands
+    # last differs from run to run on a GPU, so the same file and seed scored differently.
+    # Sending padding to slot 0 is the other padding tests' finding, where slot 0 is no token's.
     pad_tok = int((slots != 0).nonzero()[0])
     slots[pad_tok] = -1
     key[pad_tok], value[pad_tok] = key[zero_tok], value[zero_tok]
