@@ -3,8 +3,9 @@
 The corpus is a folder (`corpus` in assignment.toml) holding:
 - wrong.toml: `[name]`, `bug`, `fails = [areas]`, and the bug itself as `[[name.edit]]` tables,
   `old` -> `new` on the reference under its own `doc`, or else a file wrong/<name>.py; a timing
-  cheat names its honest twin in `no_more_than` and may not outscore it; `device` where it is
-  wrong on one device only;
+  cheat names its honest twin in `no_more_than` and may not outscore it; a race's other outcome
+  (the same bug, its programs run in another order) names its twin in `same_as` and must lose
+  the same tests; `device` where it is wrong on one device only;
 - adversarial.toml: `[name]`, `trick`, `deserves` in points, optionally
   `deserves_without_privilege_drop`, `earns_at_least`, `fast` and `device` (a trick that exists
   on one device only), file adversarial/<name>.py;
@@ -44,6 +45,7 @@ class Entry:
     device: str | None = None         # graded only on this device (None: any)
     may_lose: tuple[str, ...] = ()    # right: areas scored on a curve, where speed may cost points
     no_more_than: str | None = None   # wrong: another wrong entry (its honest twin) it may not outscore
+    same_as: str | None = None        # wrong: another wrong entry (its race twin) whose lost tests it must lose
     fails_on: tuple[tuple[str, tuple[str, ...]], ...] = ()   # wrong: (device, areas it fails there too)
 
     def fails_here(self, device: str | None) -> tuple[str, ...]:
@@ -131,9 +133,10 @@ def load_corpus(assignment: Assignment, corpus: Path | None = None, mutants: Pat
                 unknown = sorted(set(fails) - set(assignment.areas))
                 if unknown:
                     raise CorpusError(f"{where}: unknown areas {unknown}")
-                twin = spec.get("no_more_than")
-                if twin is not None and (not isinstance(twin, str) or twin not in table or twin == name):
-                    raise CorpusError(f"{where}: `no_more_than` must name another entry of {path.name}")
+                twin, race_twin = spec.get("no_more_than"), spec.get("same_as")
+                for key, other in (("no_more_than", twin), ("same_as", race_twin)):
+                    if other is not None and (not isinstance(other, str) or other not in table or other == name):
+                        raise CorpusError(f"{where}: `{key}` must name another entry of {path.name}")
                 fails_on = spec.get("fails_on", {})
                 if not isinstance(fails_on, dict) or not set(fails_on) <= {"cpu", "cuda"} or not all(
                         isinstance(v, list) and set(v) <= set(assignment.areas) for v in fails_on.values()):
@@ -141,6 +144,7 @@ def load_corpus(assignment: Assignment, corpus: Path | None = None, mutants: Pat
                 # An area gated by a failed one fails too: wrong.toml names only what the bug breaks.
                 entries.append(Entry(kind, name, file, str(spec.get("bug", "")),
                                      assignment.with_dependents(fails), fast=fast, device=device, no_more_than=twin,
+                                     same_as=race_twin,
                                      fails_on=tuple((d, tuple(assignment.with_dependents(v)))
                                                     for d, v in sorted(fails_on.items()))))
             elif kind == "right":

@@ -305,6 +305,41 @@ def compare_twins(rows: list[MatrixRow]) -> None:
             row.notes.append(f"{row.score:g} against its honest twin's {twin.score:g}")
 
 
+def compare_race_twins(rows: list[MatrixRow], curved: set[str]) -> None:
+    """A race twin (`same_as`) is its twin's bug with the kernel's programs run in another order:
+    where two programs write one place, the other one's write lands last. On a GPU that order
+    changes from run to run, so a test whose verdict follows it scores one file and seed
+    differently each time. The two must lose the same tests, those of curved areas aside (their
+    timings differ between any two gradings)."""
+    by_name = {(r.entry.kind, r.entry.name): r for r in rows}
+    for row in rows:
+        if not row.entry.same_as or row.skipped or row.report_path is None:
+            continue
+        twin = by_name.get((row.entry.kind, row.entry.same_as))
+        if twin is None or twin.skipped or twin.report_path is None:
+            row.notes.append(f"not compared with {row.entry.same_as}: it was not graded in this run")
+            continue
+        mine, theirs = (_lost_tests(r.report_path, curved) for r in (row, twin))
+        if mine is None or theirs is None:
+            row.notes.append(f"not compared with {row.entry.same_as}: a report is missing")
+        elif mine != theirs:
+            row.problems.append(
+                f"loses {'; '.join(sorted(mine - theirs)) or 'no test'} that its race twin {row.entry.same_as} "
+                f"keeps, and keeps {'; '.join(sorted(theirs - mine)) or 'no test'} that it loses: which program's "
+                "write lands last decided a verdict, and on a GPU that changes from run to run")
+        else:
+            row.notes.append(f"loses the same {len(mine)} test(s) as its race twin {row.entry.same_as}")
+
+
+def _lost_tests(report_path: str, curved: set[str]) -> set[str] | None:
+    """"number name" of each test a report did not pass, outside the `curved` areas."""
+    report = report_reader.read_or_none(REPO / report_path)
+    if report is None:
+        return None
+    return {f"{t.get('number')} {t.get('name')}" for t in report.get("tests", [])
+            if t.get("status") != "passed" and not set(t.get("tags") or ()) & curved}
+
+
 def _points_of(area: dict) -> str:
     try:
         return f"{float(area['score']):.3g}/{float(area['points']):g}"
@@ -703,6 +738,7 @@ def _validate(args, mutants: Path) -> int:
             load.wait()
     if not args.reports_dir:          # not one entry of a --jobs run: the parent compares
         compare_twins(rows)
+        compare_race_twins(rows, {n for n, a in assignment.areas.items() if a.curve})
     print()
     print(render(rows, cols))
     table = budget_table(rows, budgets_on(assignment, device))

@@ -194,6 +194,40 @@ def test_a_cheat_may_not_outscore_its_honest_twin():
     assert not alone.problems and "not compared" in alone.notes[-1]
 
 
+def test_a_race_twin_must_lose_the_tests_its_twin_loses(tmp_path):
+    """A race twin (`same_as`) is its twin's bug with the kernel's programs run in another order.
+    Losing a test the twin keeps means which write landed last decided that verdict, which on a
+    GPU changes from run to run; tests of a curved area (performance) are left out, their timings
+    differing between any two gradings."""
+    twin = corp.Entry("wrong", "clamp", Path("clamp.py"), fails=("padding", "performance"))
+    racer = corp.Entry("wrong", "clamp_reversed", Path("clamp_reversed.py"), fails=("padding", "performance"),
+                       same_as="clamp")
+
+    def raced(twin_passed, racer_passed):
+        """The race twin's row after the comparison: its notes, and the problems the comparison added."""
+        made = []
+        for e, passed in ((twin, twin_passed), (racer, racer_passed)):
+            rep = report(passed, device="cuda")
+            path = tmp_path / f"{e.name}-{len(passed)}.json"
+            path.write_text(json.dumps(rep))
+            row = v.judge(e, rep, v.columns(ASSIGNMENT, "cuda"), device="cuda")
+            row.report_path, row.problems = str(path), []
+            made.append(row)
+        v.compare_race_twins(made, {"performance"})
+        return made[1]
+    both = ALL - {"padding", "performance"}
+    same = raced(both, both)
+    assert not same.problems and "loses the same" in same.notes[-1]
+    assert not raced(both | {"performance"}, both).problems, "a curved area's tests are not compared"
+    lost = raced(both, both - {"write"})
+    assert lost.problems[0].startswith("loses 2.1 write: contract; 2.2 write: contract that its race twin clamp keeps")
+    assert "which program's write lands last decided a verdict" in lost.problems[0]
+    alone = v.judge(racer, report(both), CPU)
+    alone.report_path, alone.problems = str(tmp_path / "alone.json"), []
+    v.compare_race_twins([alone], set())
+    assert not alone.problems and "not compared" in alone.notes[-1]
+
+
 def test_render_shows_every_row_and_problem():
     rows = [v.judge(REFERENCE, report(passed=ALL), CPU),
             v.judge(entry(fails=["padding"]), report(passed=ALL), CPU)]
@@ -284,6 +318,8 @@ def test_an_adversarial_entry_whose_trick_needs_a_gpu_is_graded_there_only(tmp_p
     ('[a]\nbug = "x"\n', "", "fails"),
     ('[a]\nfails = ["write"]\nno_more_than = "b"\n', "", "no_more_than"),
     ('[a]\nfails = ["write"]\nno_more_than = "a"\n', "", "no_more_than"),
+    ('[a]\nfails = ["write"]\nsame_as = "b"\n', "", "same_as"),
+    ('[a]\nfails = ["write"]\nsame_as = "a"\n', "", "same_as"),
     ('[a]\nfails = ["speed"]\n', "", "unknown areas"),
     ("", "[c]\ntrick = 't'\n", "deserves"),
     ("", "[c]\ndeserves = -1\n", "points"),
