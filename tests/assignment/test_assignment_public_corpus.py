@@ -103,6 +103,7 @@ LOCAL = {
         "test_write_small"),
 }
 DIED = "The Python process died while running "
+HUNG = "The Python process hung for "
 
 
 @pytest.fixture(scope="module")
@@ -120,11 +121,14 @@ def corpus(tmp_path_factory):
 def outcomes(run, tmp_path, submission, *extra):
     """test name -> (passed | failure | error | skipped, message). A run that killed the Python
     process (a store far outside a tensor) counts as a failure of the test it died in, which is
-    what the student is told."""
+    what the student is told; so does one the public suite ended as hung."""
     report = tmp_path / "junit.xml"
     proc = run(PUBLIC, "-q", "--submission", str(submission), f"--junitxml={report}", *extra)
     output = proc.stdout + proc.stderr
     if not report.exists():
+        if HUNG in output:          # memory it corrupted left the process hung: the witness ended it
+            said = output.split(HUNG)[1]
+            return {said.split("::")[-1].split(", and was ended")[0]: ("failure", said)}
         assert DIED in output, output[-3000:]
         test = output.split(DIED)[1].split("::")[-1].split(".\n")[0]
         return {test: ("failure", output.split(DIED)[1])}

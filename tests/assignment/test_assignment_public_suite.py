@@ -99,3 +99,18 @@ def test_bad_submission_gives_one_clear_line(run_pytest, tmp_path, content, expe
     assert any(expected in line for line in lines), output
     # pytest prints the exit reason once on stdout and once on stderr; nothing else.
     assert all(expected in line for line in lines), output
+
+
+@pytest.mark.slow
+def test_a_test_that_hangs_ends_the_run_naming_it(run_pytest, tmp_path):
+    """A kernel that writes far outside its tensors under the interpreter can leave the process
+    hung on memory it corrupted instead of dead: the run is ended after L1_TEST_HANG_S seconds
+    in one test, and the student is told which test hung, not left waiting."""
+    source = (REPO / "reference" / "l1_paged_kv_write.py").read_text()
+    head = source.index(":\n", source.index("def slot_mapping(")) + 2
+    hangs = tmp_path / "l1_paged_kv_write.py"
+    hangs.write_text(source[:head] + "    while True:\n        pass\n" + source[head:])
+    proc = run_pytest(PUBLIC, "-q", "--submission", str(hangs), extra_env={"L1_TEST_HANG_S": "3"})
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "The Python process hung for 3 s while running tests/public/" in said, said[-2000:]
+    assert "::test_slot_mapping" in said.split("hung for 3 s while running ")[1].split(", and was ended")[0]

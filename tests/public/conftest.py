@@ -11,6 +11,7 @@ each test names the functions it needs with @pytest.mark.needs(...).
 """
 import ast
 import importlib.util
+import select
 import os
 import signal
 import sys
@@ -195,8 +196,19 @@ class _CrashWitness:
         if pid == 0:                                  # the witness: no torch, no pytest
             os.close(write)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-            last, buf = "", b""
-            while chunk := os.read(read, 4096):
+            runner, last, buf = os.getppid(), "", b""
+            while True:
+                if not select.select([read], [], [], HANG_S)[0]:
+                    # A store far outside a tensor can leave the process hung on memory it
+                    # corrupted instead of dead: past HANG_S in one step, it is ended.
+                    os.write(2, (f"\nThe Python process hung for {HANG_S:g} s while running {last}, and "
+                                 f"was ended. A kernel that reads or writes far outside its tensors can do "
+                                 f"that under the CPU interpreter, as can a loop that never ends. Start "
+                                 f"from what that test checks.\n").encode())
+                    os.kill(runner, signal.SIGKILL)
+                    os._exit(0)
+                if not (chunk := os.read(read, 4096)):
+                    break
                 buf += chunk
                 *lines, buf = buf.split(b"\n")
                 for line in lines:
@@ -225,6 +237,9 @@ class _CrashWitness:
 
 
 _witness = None
+# Seconds one test (or the import, or the collection) may run before the witness ends the
+# process as hung; the slowest test takes a few seconds on a laptop's CPU.
+HANG_S = float(os.environ.get("L1_TEST_HANG_S", "120"))
 
 
 def pytest_sessionstart(session):
