@@ -288,17 +288,28 @@ def judge(entry: Entry, report: dict | None, cols: list[str], *, grade_error: st
     return row
 
 
+def _twins(rows: list[MatrixRow], key: str, graded) -> list[tuple[MatrixRow, MatrixRow]]:
+    """(row, its twin) for each graded row whose entry names a twin in `key`; a row whose twin
+    was not graded in this run is noted so and left out."""
+    by_name = {(r.entry.kind, r.entry.name): r for r in rows}
+    pairs = []
+    for row in rows:
+        name = getattr(row.entry, key)
+        if not name or row.skipped or not graded(row):
+            continue
+        twin = by_name.get((row.entry.kind, name))
+        if twin is None or twin.skipped or not graded(twin):
+            row.notes.append(f"not compared with {name}: it was not graded in this run")
+        else:
+            pairs.append((row, twin))
+    return pairs
+
+
 def compare_twins(rows: list[MatrixRow]) -> None:
     """A cheat must not outscore its honest twin (`no_more_than`) by more than TWIN_SLACK: the
     two are the same file but for the trick, so anything more is what the trick bought."""
-    by_name = {(r.entry.kind, r.entry.name): r for r in rows}
-    for row in rows:
-        if not row.entry.no_more_than or row.skipped or row.score is None:
-            continue
-        twin = by_name.get((row.entry.kind, row.entry.no_more_than))
-        if twin is None or twin.skipped or twin.score is None:
-            row.notes.append(f"not compared with {row.entry.no_more_than}: it was not graded in this run")
-        elif row.score > twin.score + TWIN_SLACK:
+    for row, twin in _twins(rows, "no_more_than", lambda r: r.score is not None):
+        if row.score > twin.score + TWIN_SLACK:
             row.problems.append(f"scored {row.score:g}, more than its honest twin {row.entry.no_more_than} "
                                 f"({twin.score:g}) by over {TWIN_SLACK:g}: the trick paid")
         else:
@@ -311,14 +322,7 @@ def compare_race_twins(rows: list[MatrixRow], curved: set[str]) -> None:
     changes from run to run, so a test whose verdict follows it scores one file and seed
     differently each time. The two must lose the same tests, those of curved areas aside (their
     timings differ between any two gradings)."""
-    by_name = {(r.entry.kind, r.entry.name): r for r in rows}
-    for row in rows:
-        if not row.entry.same_as or row.skipped or row.report_path is None:
-            continue
-        twin = by_name.get((row.entry.kind, row.entry.same_as))
-        if twin is None or twin.skipped or twin.report_path is None:
-            row.notes.append(f"not compared with {row.entry.same_as}: it was not graded in this run")
-            continue
+    for row, twin in _twins(rows, "same_as", lambda r: r.report_path is not None):
         mine, theirs = (_lost_tests(r.report_path, curved) for r in (row, twin))
         if mine is None or theirs is None:
             row.notes.append(f"not compared with {row.entry.same_as}: a report is missing")
