@@ -5,7 +5,8 @@ The corpus is a folder (`corpus` in assignment.toml) holding:
   `old` -> `new` on the reference under its own `doc`, or else a file wrong/<name>.py; a timing
   cheat names its honest twin in `no_more_than` and may not outscore it; a race's other outcome
   (the same bug, its programs run in another order) names its twin in `same_as` and must lose
-  the same tests; `device` where it is wrong on one device only;
+  the same tests: its edits are applied after its twin's, so it writes down only the reordering;
+  `device` where it is wrong on one device only;
 - adversarial.toml: `[name]`, `trick`, `deserves` in points, optionally
   `deserves_without_privilege_drop`, `earns_at_least`, `fast` and `device` (a trick that exists
   on one device only), file adversarial/<name>.py;
@@ -114,10 +115,14 @@ def load_corpus(assignment: Assignment, corpus: Path | None = None, mutants: Pat
             if not isinstance(spec, dict):
                 raise CorpusError(f"{where}: not a table")
             if "edit" in spec:
+                edits = spec["edit"]
+                race_twin = spec.get("same_as") if kind == "wrong" else None
+                if isinstance(race_twin, str) and isinstance(table.get(race_twin), dict) and race_twin != name:
+                    edits = list(table[race_twin].get("edit", [])) + list(edits)
                 mutants = mutants or Path(tempfile.mkdtemp(prefix="grader-mutants-"))
                 file = mutants / f"{name}.py"
                 file.write_text(mutant_source(assignment.reference.read_text(), str(spec.get("doc", "")),
-                                              spec["edit"], where))
+                                              edits, where))
             else:
                 file = corpus / spec.get("file", f"{kind}/{name}.py")
             if not file.is_file():

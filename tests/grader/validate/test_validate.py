@@ -330,6 +330,21 @@ def test_load_corpus_rejects_malformed_entries(tmp_path, wrong, adversarial, why
         corp.load_corpus(ASSIGNMENT, write_corpus(tmp_path, wrong, adversarial))
 
 
+def test_a_race_twin_is_its_twins_edits_then_its_own(tmp_path):
+    """A race twin writes down only the reordering: its file carries its twin's bug too, so the
+    two cannot drift apart when the twin's edit changes."""
+    twin = "[[b.edit]]\nold = '''\n    mask = offs < n_valid\n'''\nnew = '''\n    mask = offs <= n_valid\n'''\n"
+    mine = ("[[a.edit]]\nold = '''\n    t = tl.program_id(0).to(tl.int64)             # this program's token\n'''\n"
+            "new = '''\n    t = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)\n'''\n")
+    wrong = '[b]\nfails = ["write"]\n' + twin + '[a]\nfails = ["write"]\nsame_as = "b"\n' + mine
+    mutants = tmp_path / "mutants"
+    mutants.mkdir()
+    entries = {e.name: e for e in corp.load_corpus(ASSIGNMENT, write_corpus(tmp_path, wrong), mutants=mutants)}
+    a, b = entries["a"].file.read_text(), entries["b"].file.read_text()
+    assert "mask = offs <= n_valid" in a and "mask = offs <= n_valid" in b
+    assert "tl.num_programs(0) - 1 - tl.program_id(0)" in a and "tl.num_programs(0)" not in b
+
+
 def test_load_corpus_reads_right_entries(tmp_path):
     corpus = write_corpus(tmp_path, '[a]\nfails = ["padding"]\n', "",
                           '[r]\nstyle = "triton.jit(f)"\nfast = true\n[g]\nstyle = "autotune"\ndevice = "cuda"\n')
