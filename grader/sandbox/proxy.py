@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from .. import bytecode
-from . import gpu_watch, logs, wire
+from . import gpu_watch, logs, triton_seed, wire
 from .confine import Confinement
 from .processes import descendants, kill_tree, private_rss, proc_table, signal_all, stopped
 
@@ -410,9 +410,11 @@ class Submission:
             (self.scratch / sub).mkdir()
         for name in WORKER_FILES:
             shutil.copy(HERE / name, self.scratch / "worker" / name)
+        if self.device == "cuda" and not triton_seed.seed_into(self.scratch / "triton-cache"):
+            triton_seed.ensure()
         self.module = self.scratch / "submission" / Path(module).name
         shutil.copy(module, self.module)
-        for path in (self.scratch, *self.scratch.iterdir()):
+        for path in (self.scratch, *self.scratch.iterdir(), *(self.scratch / "triton-cache").rglob("*")):
             confinement.own(path)
         confinement.own(self.module)
         # Ours, mode 0711: the worker opens the files it is given and cannot add any.
