@@ -75,7 +75,8 @@ def start_service(course: Path, assignment: Assignment, device: str, jobs: int) 
         except OSError:
             time.sleep(0.2)
     proc.kill()
-    raise SystemExit(f"service_burst: the service did not start (see {course.parent / 'serve.log'})")
+    said = (course.parent / "serve.log").read_text(errors="replace").strip().splitlines()[-15:]
+    raise SystemExit("service_burst: the service did not start; the end of its log:\n" + "\n".join(said))
 
 
 def send_and_wait(api: Api, data: bytes, out: dict, timeout_s: float) -> None:
