@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .files import private_folder
+from .files import ours_or_none
 
 SWITCH = "GRADER_BYTECODE"      # "auto" (default): used where torch has no bytecode of its own; "on"; "off"
 PREFIX_ENV = "PYTHONPYCACHEPREFIX"
@@ -44,11 +44,7 @@ def installation_lacks_bytecode(package: str = "torch") -> bool:
 
 
 def _ours(path: Path) -> bool:
-    try:
-        private_folder(path, others_read=True)
-    except (OSError, RuntimeError):
-        return False
-    return True
+    return ours_or_none(path, others_read=True) is not None
 
 
 def chosen() -> Path | None:

@@ -51,6 +51,14 @@ def private_folder(folder: Path, others_read: bool = False) -> Path:
     return folder
 
 
+def ours_or_none(folder: Path, others_read: bool = False) -> Path | None:
+    """`private_folder(folder, others_read)`, or None where it is not ours to use."""
+    try:
+        return private_folder(folder, others_read)
+    except (OSError, RuntimeError):
+        return None
+
+
 def cannot_write(path: Path) -> str | None:
     """Why a file the grader writes (a report, a CSV) cannot go at `path`, asked before the work
     that makes it, so that a grading's minutes are not lost to a path; None once its folder

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..files import private_folder
+from ..files import ours_or_none, private_folder
 
 SWITCH = "GRADER_TRITON_SEED"
 RETRY_AFTER_FAILURE_S = 3600    # a build that failed is not tried again for this long
@@ -53,11 +53,15 @@ def tag() -> str:
     return f"triton-{version}-{sys.implementation.cache_tag}"
 
 
-def _root_if_ours() -> Path | None:
+def _lock(base: Path):
+    """The build lock, taken (the open file), or None while a build holds it."""
+    lock = open(base / "build.lock", "a")
     try:
-        return private_folder(root())
-    except (OSError, RuntimeError):
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
         return None
+    return lock
 
 
 def enabled() -> bool:
@@ -66,7 +70,7 @@ def enabled() -> bool:
 
 def seed_into(cache: Path) -> bool:
     """Copy the seed into a new worker's Triton cache; False where there is none (yet)."""
-    if not enabled() or (base := _root_if_ours()) is None:
+    if not enabled() or (base := ours_or_none(root())) is None:
         return False
     seed = base / tag()
     if not seed.is_dir():
@@ -79,21 +83,18 @@ def ensure() -> None:
     """Start building the seed in the background where there is none, no build runs and none
     failed lately. The lock is taken here and handed to the builder, so that a class's first
     gradings, each asking at once, start one builder between them."""
-    if not enabled() or (base := _root_if_ours()) is None or (base / tag()).is_dir():
+    if not enabled() or (base := ours_or_none(root())) is None or (base / tag()).is_dir():
         return
     failed = base / f"{tag()}.failed"
     if failed.exists() and time.time() - failed.stat().st_mtime < RETRY_AFTER_FAILURE_S:
         return
-    with open(base / "build.lock", "a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return                      # a build is running
-        with open(base / "build.log", "ab") as log:
-            subprocess.Popen([sys.executable, "-m", "grader.sandbox.triton_seed", str(lock.fileno())],
-                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                             pass_fds=[lock.fileno()], cwd=Path(__file__).resolve().parents[2],
-                             env={**os.environ, "TMPDIR": str(base.parent)})
+    if (lock := _lock(base)) is None:
+        return                          # a build is running
+    with lock, open(base / "build.log", "ab") as log:
+        subprocess.Popen([sys.executable, "-m", "grader.sandbox.triton_seed", str(lock.fileno())],
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                         pass_fds=[lock.fileno()], cwd=Path(__file__).resolve().parents[2],
+                         env={**os.environ, "TMPDIR": str(base.parent)})
 
 
 def build(fill: Callable[[Path], None], locked_fd: int | None = None) -> bool:
@@ -101,12 +102,10 @@ def build(fill: Callable[[Path], None], locked_fd: int | None = None) -> bool:
     then renamed in place, so a worker copies all of it or none. True where this call made it.
     `locked_fd`: the lock, already taken by the process that started this one (ensure)."""
     base = private_folder(root())
-    with (os.fdopen(locked_fd, "a") if locked_fd is not None else open(base / "build.lock", "a")) as lock:
-        if locked_fd is None:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
+    lock = os.fdopen(locked_fd, "a") if locked_fd is not None else _lock(base)
+    if lock is None:
+        return False
+    with lock:
         if (base / tag()).is_dir():
             return False
         aside = Path(tempfile.mkdtemp(prefix="build-", dir=base))

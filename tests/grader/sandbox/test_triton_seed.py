@@ -93,3 +93,43 @@ def test_a_build_that_fails_is_one_builder_and_is_not_retried_at_each_grading(ow
     time.sleep(1)
     assert (triton_seed.root() / "build.log").read_text() == log, "a failed build was tried again at once"
     assert not (triton_seed.root() / triton_seed.tag()).exists()
+
+
+def test_a_seed_folder_someone_planted_as_a_link_is_never_read(tmp_path):
+    """Under /tmp anyone may make the name first: a link to a folder of theirs is refused."""
+    theirs = tmp_path / "theirs"
+    (theirs / triton_seed.tag() / "key1").mkdir(parents=True)
+    (theirs / triton_seed.tag() / "key1" / "cuda_utils.so").write_bytes(b"planted")
+    triton_seed.root().symlink_to(theirs)
+    cache = tmp_path / "worker"
+    cache.mkdir()
+    assert not triton_seed.seed_into(cache) and list(cache.iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("own_uid", [True, False], ids=["own uid", "grader's uid"])
+def test_a_worker_can_neither_read_nor_change_the_seed(own_uid):
+    """A submission's process looks for the seed where the grader keeps it: it must not be able
+    to read it (nothing to learn there, but nothing to find either) nor plant code in it."""
+    import torch
+    from pathlib import Path
+
+    from grader.sandbox import Confinement, Submission, isolate
+    conf = Confinement.prepare("cpu", [], want_uid=own_uid)
+    if own_uid and conf.uid is None:
+        pytest.skip(f"no uid of its own here: {conf.reason}")
+    if not own_uid and not isolate.available()[0]:
+        pytest.skip("a worker of the grader's uid with no private /tmp can alter the grader's files "
+                    "(docs/threat-model.md, 'What it does not defend against')")
+    triton_seed.build(helpers)
+    seed = triton_seed.root() / triton_seed.tag()
+    toy = Path(__file__).parent.parent / "toy" / "submissions" / "looks_around.py"
+    sub = Submission(toy, ["read", "listing", "write"], torch.device("cpu"), conf, timeout=60)
+    try:
+        assert sub.listing(str(triton_seed.root())) is None, "the worker listed the seed folder"
+        assert sub.read(str(seed / "key1" / "cuda_utils.so")) is None, "the worker read the seed"
+        assert not sub.write(str(seed / "key1" / "planted.so")), "the worker wrote into the seed"
+        assert not sub.write(str(triton_seed.root() / "x")), "the worker wrote into the seed folder"
+    finally:
+        sub.close()
+    assert sorted(p.name for p in (seed / "key1").iterdir()) == ["cuda_utils.so"]
