@@ -10,8 +10,9 @@
    copies GPU memory in bursts from import; or gpu_work_after_return, which leaves seconds of
    GPU work queued after every call) and N distinct reference copies, graded K times with
    `grade-all` (--jobs J, or its default): every reference copy must score full marks.
-4. With --rate-copies M: M reference copies alone, for the class rate (gradings a minute) to
-   set beside the noisy classes' rate.
+4. With --rate-copies M: M reference copies alone, before the noisy classes and after them, for
+   the class rate (gradings a minute) to set beside the noisy classes' rate: their share of the
+   mean of the two.
 Prints a table per check and exits 1 if any check failed.
 """
 from __future__ import annotations
@@ -137,11 +138,12 @@ def noisy_class(copies: int, jobs: int | None, work: Path, k: int, noisy: str | 
         proc.wait()
         print(f"  class {k}: ended at its {deadline_s:g} s deadline", flush=True)
     wall = time.monotonic() - t
-    out, copies_done = [], []
+    out, copies_done, graded = [], [], 0
     for student in students:
         path = Course(course, assignment).report_path(student)
         report = report_reader.read_or_none(path) or {}
         ok, line = verdict(report)
+        graded += bool(report)
         if report and student != "noisy":
             copies_done.append(path.stat().st_mtime - began)
         if student == "noisy" and report and keep is not None:
@@ -149,14 +151,14 @@ def noisy_class(copies: int, jobs: int | None, work: Path, k: int, noisy: str | 
         out.append({"class": k, "student": student, "ok": (ok or student == "noisy") and bool(report), "result": line})
         print(f"  class {k} {student}: {'ok ' if ok else ('-- ' if student == 'noisy' else 'BAD')} {line}",
               flush=True)
-    print(f"  class {k}: {len(students)} gradings in {wall:.0f} s ({60 * len(students) / wall:.1f} a minute)")
+    print(f"  class {k}: {graded} of {len(students)} graded in {wall:.0f} s ({60 * graded / wall:.1f} a minute)")
     if copies_done:
         last = max(copies_done)
         print(f"  class {k}: its {len(copies_done)} reference copies done {last:.0f} s after the start "
               f"({60 * len(copies_done) / last:.1f} a minute)", flush=True)
     went = time_went([report_reader.read_or_none(Course(course, assignment).report_path(s)) or {} for s in students])
     print("  where a grading's time went (mean s): " + json.dumps(went), flush=True)
-    out.append({"class": k, "wall_s": round(wall, 1), "gradings": len(students), "ok": True, "time_went": went,
+    out.append({"class": k, "wall_s": round(wall, 1), "gradings": graded, "ok": True, "time_went": went,
                 "copies_done_s": round(max(copies_done), 1) if copies_done else None})
     return out
 
@@ -224,14 +226,34 @@ def main() -> int:
     print(f"the reference graded {args.cold} times cold beside a copy loop:", flush=True)
     found["cold"] = cold_beside_load(args.cold, work)
     found["classes"] = []
+
+    def alone(k: int) -> float:
+        print(f"rate: {args.rate_copies} reference copies, --jobs {args.jobs or 'default'}, nothing else on the GPU:",
+              flush=True)
+        rows = noisy_class(args.rate_copies, args.jobs, work, k, noisy=None, deadline_s=args.deadline)
+        found["classes"] += rows
+        return 60 * rows[-1]["gradings"] / rows[-1]["wall_s"]
+
+    # The copies alone run before the noisy classes and after them, and the noisy classes are
+    # set beside the mean of the two: a machine warms up over a run, and one class alone on
+    # either side measured that warming as much as the noisy file.
+    rates = [alone(args.classes)] if args.rate_copies else []
+    noisy_rates = []
     for k in range(args.classes):
         print(f"class {k}: {args.noisy} and {args.class_copies} reference copies, --jobs {args.jobs or 'default'}:", flush=True)
-        found["classes"] += noisy_class(args.class_copies, args.jobs, work, k, args.noisy, args.deadline,
-                                        Path(args.out).with_name(f"noisy-{k}.json"))
+        rows = noisy_class(args.class_copies, args.jobs, work, k, args.noisy, args.deadline,
+                           Path(args.out).with_name(f"noisy-{k}.json"))
+        found["classes"] += rows
+        noisy_rates.append(60 * rows[-1]["gradings"] / rows[-1]["wall_s"])
     if args.rate_copies:
-        print(f"rate: {args.rate_copies} reference copies, --jobs {args.jobs or 'default'}, nothing else on the GPU:", flush=True)
-        found["classes"] += noisy_class(args.rate_copies, args.jobs, work, args.classes, noisy=None,
-                                        deadline_s=args.deadline)
+        rates.append(alone(args.classes + 1))
+        base = sum(rates) / len(rates)
+        found["rate_beside_noisy"] = {"alone_per_min": [round(r, 2) for r in rates],
+                                      "noisy_per_min": [round(r, 2) for r in noisy_rates],
+                                      "share": [round(r / base, 3) for r in noisy_rates]}
+        print(f"class rate with {args.noisy}: " + ", ".join(f"{r:.1f}" for r in noisy_rates) +
+              f" a minute, against {' and '.join(f'{r:.1f}' for r in rates)} alone (before and after): " +
+              ", ".join(f"{100 * r / base:.0f}%" for r in noisy_rates) + " of their mean", flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(found, indent=1))
     bad = [r for r in found["cold"] + found["classes"] if not r["ok"]]
