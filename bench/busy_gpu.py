@@ -131,11 +131,13 @@ def noisy_class(copies: int, jobs: int | None, work: Path, k: int, noisy: str | 
     proc = subprocess.Popen([sys.executable, "-m", "grader", "grade-all", "--course", str(course), "--assignment",
                              str(assignment.folder), "--device", "cuda", *(["--jobs", str(jobs)] if jobs else [])], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    cut = False
     try:
         proc.wait(timeout=deadline_s)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        cut = True
         print(f"  class {k}: ended at its {deadline_s:g} s deadline", flush=True)
     wall = time.monotonic() - t
     out, copies_done, graded = [], [], 0
@@ -148,9 +150,12 @@ def noisy_class(copies: int, jobs: int | None, work: Path, k: int, noisy: str | 
             copies_done.append(path.stat().st_mtime - began)
         if student == "noisy" and report and keep is not None:
             keep.write_text(json.dumps(report))
-        out.append({"class": k, "student": student, "ok": (ok or student == "noisy") and bool(report), "result": line})
-        print(f"  class {k} {student}: {'ok ' if ok else ('-- ' if student == 'noisy' else 'BAD')} {line}",
-              flush=True)
+        # A grading the deadline cut has no report: not graded, which the rate counts, not a wrong score.
+        unfinished = cut and not report
+        out.append({"class": k, "student": student, "ok": (ok or student == "noisy") and bool(report) or unfinished,
+                    "result": "not finished by the deadline" if unfinished else line})
+        mark = "ok " if ok else "-- " if student == "noisy" or unfinished else "BAD"
+        print(f"  class {k} {student}: {mark} {out[-1]['result']}", flush=True)
     print(f"  class {k}: {graded} of {len(students)} graded in {wall:.0f} s ({60 * graded / wall:.1f} a minute)")
     if copies_done:
         last = max(copies_done)
