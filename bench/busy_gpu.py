@@ -140,30 +140,35 @@ def noisy_class(copies: int, jobs: int | None, work: Path, k: int, noisy: str | 
         cut = True
         print(f"  class {k}: ended at its {deadline_s:g} s deadline", flush=True)
     wall = time.monotonic() - t
-    out, copies_done, graded = [], [], 0
+    out, copies_done, reports = [], [], []
     for student in students:
         path = Course(course, assignment).report_path(student)
         report = report_reader.read_or_none(path) or {}
+        reports.append(report)
         ok, line = verdict(report)
-        graded += bool(report)
         if report and student != "noisy":
             copies_done.append(path.stat().st_mtime - began)
         if student == "noisy" and report and keep is not None:
             keep.write_text(json.dumps(report))
-        # A grading the deadline cut has no report: not graded, which the rate counts, not a wrong score.
+        # A grading the deadline cut has no report: not graded, which the rate counts, not a wrong
+        # score. A report missing without a cut is a failure.
         unfinished = cut and not report
-        out.append({"class": k, "student": student, "ok": (ok or student == "noisy") and bool(report) or unfinished,
+        fine = (ok or student == "noisy") if report else unfinished
+        out.append({"class": k, "student": student, "ok": fine,
                     "result": "not finished by the deadline" if unfinished else line})
         mark = "ok " if ok else "-- " if student == "noisy" or unfinished else "BAD"
         print(f"  class {k} {student}: {mark} {out[-1]['result']}", flush=True)
-    print(f"  class {k}: {graded} of {len(students)} graded in {wall:.0f} s ({60 * graded / wall:.1f} a minute)")
+    graded = sum(map(bool, reports))
+    per_min = 60 * graded / wall
+    print(f"  class {k}: {graded} of {len(students)} graded in {wall:.0f} s ({per_min:.1f} a minute)")
     if copies_done:
         last = max(copies_done)
         print(f"  class {k}: its {len(copies_done)} reference copies done {last:.0f} s after the start "
               f"({60 * len(copies_done) / last:.1f} a minute)", flush=True)
-    went = time_went([report_reader.read_or_none(Course(course, assignment).report_path(s)) or {} for s in students])
+    went = time_went(reports)
     print("  where a grading's time went (mean s): " + json.dumps(went), flush=True)
-    out.append({"class": k, "wall_s": round(wall, 1), "gradings": graded, "ok": True, "time_went": went,
+    out.append({"class": k, "wall_s": round(wall, 1), "gradings": graded, "per_min": per_min,
+                "ok": True, "time_went": went,
                 "copies_done_s": round(max(copies_done), 1) if copies_done else None})
     return out
 
@@ -237,7 +242,7 @@ def main() -> int:
               flush=True)
         rows = noisy_class(args.rate_copies, args.jobs, work, k, noisy=None, deadline_s=args.deadline)
         found["classes"] += rows
-        return 60 * rows[-1]["gradings"] / rows[-1]["wall_s"]
+        return rows[-1]["per_min"]
 
     # The copies alone run before the noisy classes and after them, and the noisy classes are
     # set beside the mean of the two: a machine warms up over a run, and one class alone on
@@ -249,7 +254,7 @@ def main() -> int:
         rows = noisy_class(args.class_copies, args.jobs, work, k, args.noisy, args.deadline,
                            Path(args.out).with_name(f"noisy-{k}.json"))
         found["classes"] += rows
-        noisy_rates.append(60 * rows[-1]["gradings"] / rows[-1]["wall_s"])
+        noisy_rates.append(rows[-1]["per_min"])
     if args.rate_copies:
         rates.append(alone(args.classes + 1))
         base = sum(rates) / len(rates)

@@ -263,13 +263,35 @@ def part_start(args, out: Path) -> dict:
     return found
 
 
-WRITE_PROBE = r"""
+# What every probe starts with: a fresh Triton cache (as a worker's), the hidden suite's folder
+# and the project on the path, the reference imported as `ref`, and a CUDA context.
+PROBE_HEAD = r"""
 import importlib.util, json, os, sys, tempfile, time
-os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="write-probe-")
+os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="probe-")
 import torch
-sys.path.insert(0, sys.argv[2])
+sys.path[:0] = [sys.argv[2], sys.argv[3]]
 spec = importlib.util.spec_from_file_location("reference", sys.argv[1])
 ref = importlib.util.module_from_spec(spec); spec.loader.exec_module(ref)
+torch.empty(1, device="cuda")
+"""
+
+
+def run_probe(body: str, deadline_s: float) -> tuple[dict | None, float]:
+    """A probe (PROBE_HEAD, then `body`) in a fresh process: the JSON of its last line, or None
+    where it failed, and its seconds. What it wrote to stderr is printed."""
+    t = time.monotonic()
+    run = subprocess.run([sys.executable, "-c", PROBE_HEAD + body, str(REFERENCE),
+                          str(ROOT / "tests" / "hidden" / "l1_paged_kv_write"), str(ROOT)],
+                         capture_output=True, text=True, timeout=deadline_s)
+    wall = time.monotonic() - t
+    if run.stderr.strip():
+        print(run.stderr[-9000:])
+    if run.returncode != 0:
+        return None, wall
+    return json.loads(run.stdout.strip().splitlines()[-1]), wall
+
+
+WRITE_PROBE = r"""
 import test_write
 from paged import compare_cache, randn
 
@@ -277,7 +299,6 @@ class Shared:   # the grader's shared allocator, without the worker on the other
     def empty(self, shape, dtype):
         return torch.empty(shape, dtype=dtype, device="cuda")
 
-torch.empty(1, device="cuda")
 rng = torch.Generator().manual_seed(1)
 def step(fn):
     torch.cuda.synchronize(); t = time.perf_counter()
@@ -301,15 +322,9 @@ print(json.dumps(rows))
 
 
 def part_write(args, out: Path) -> dict:
-    t = time.monotonic()
-    run = subprocess.run([sys.executable, "-c", WRITE_PROBE, str(REFERENCE),
-                          str(ROOT / "tests" / "hidden" / "l1_paged_kv_write")],
-                         capture_output=True, text=True, timeout=args.deadline)
-    wall = time.monotonic() - t
-    if run.returncode != 0:
-        print(run.stderr[-4000:])
+    rows, wall = run_probe(WRITE_PROBE, args.deadline)
+    if rows is None:
         return {"ok": False, "wall_s": round(wall, 1)}
-    rows = json.loads(run.stdout.strip().splitlines()[-1])
     for case, row in rows.items():
         print(f"  {case}: " + json.dumps(row))
     sums = {k: round(sum(r[k] for r in rows.values()), 3) for k in next(iter(rows.values()))}
@@ -318,20 +333,14 @@ def part_write(args, out: Path) -> dict:
 
 
 INT64_PROBE = r"""
-import cProfile, importlib.util, io, json, os, pstats, sys, tempfile, time
+import cProfile, io, pstats
 from pathlib import Path
-os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="int64-probe-")
-import torch
-sys.path.insert(0, sys.argv[2]); sys.path.insert(0, sys.argv[3])
 from grader.sandbox.exchange import Exchange
-spec = importlib.util.spec_from_file_location("reference", sys.argv[1])
-ref = importlib.util.module_from_spec(spec); spec.loader.exec_module(ref)
 import test_int64_overflow as t64
 
 class Submission:   # the reference in this process: the worker's side is not what is probed
     reshape_and_cache = staticmethod(ref.reshape_and_cache)
 
-torch.empty(1, device="cuda")
 shared = Exchange(Path(tempfile.mkdtemp(prefix="int64-probe-x-")), torch.device("cuda"), vmm=True)
 small = [torch.zeros((4, 16, 32, 128), dtype=torch.float16, device="cuda") for _ in range(2)]
 kv = torch.randn((3, 32, 128), device="cuda").half()
@@ -358,15 +367,9 @@ def part_int64(args, out: Path) -> dict:
     """Each int64_overflow test three times in one fresh process, with the grader's sparse caches
     and the reference called in-process (its compile apart): what a host's first session pays
     there and its later ones do not, with a profile of the first pass."""
-    t = time.monotonic()
-    run = subprocess.run([sys.executable, "-c", INT64_PROBE, str(REFERENCE),
-                          str(ROOT / "tests" / "hidden" / "l1_paged_kv_write"), str(ROOT)],
-                         capture_output=True, text=True, timeout=args.deadline)
-    wall = time.monotonic() - t
-    print(run.stderr[-9000:])
-    if run.returncode != 0:
+    rows, wall = run_probe(INT64_PROBE, args.deadline)
+    if rows is None:
         return {"ok": False, "wall_s": round(wall, 1)}
-    rows = json.loads(run.stdout.strip().splitlines()[-1])
     print(f"int64 tests, seconds by pass: {json.dumps(rows)}; process {wall:.1f} s", flush=True)
     return {"ok": True, "wall_s": round(wall, 1), "tests": rows}
 
