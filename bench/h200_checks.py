@@ -13,8 +13,9 @@ parts of under ten minutes each.
 first:  the reference graded cold twice, alone, with the GPU's memory sampled every 50 ms
         (NVML): wall time, the report's phases, and the peak memory above the idle GPU.
 rate:   N distinct reference copies through `grade-all` at the default number at once (or
-        --jobs): gradings a minute, each area's seconds (the budgets' source), scores, the
-        performance ratios, how many were not measured, and the peak memory of the class.
+        --jobs): gradings a minute, each area's seconds as a budget counts them (waits aside)
+        and the sum of their maxima, scores, the performance ratios, how many were not
+        measured, and the peak memory of the class.
 matrix: `validate --device cuda` over every corpus entry at the default number at once: the kill
         matrix, the budget table and the class rate.
 service: `bench/service_burst.py --students 1 --checks 1`: one check through a fresh service on
@@ -49,7 +50,7 @@ from bench.busy_gpu import time_went, timing_windows, verdict  # noqa: E402
 from grader.grading import report_reader  # noqa: E402
 from grader.assignment import Assignment  # noqa: E402
 from grader.course.folder import Course  # noqa: E402
-from grader.validate.matrix import area_seconds  # noqa: E402
+from grader.validate.matrix import area_seconds, budgets_on  # noqa: E402
 
 REFERENCE = ROOT / "reference" / "l1_paged_kv_write.py"
 
@@ -205,7 +206,7 @@ def part_rate(args, out: Path) -> dict:
         ok, line = verdict(report)
         bad += not ok
         unmeasured += bool(report_reader.regrade(report))
-        for area, s in area_seconds(report).items():
+        for area, s in area_seconds(report, without_waits=True).items():     # as a budget counts it
             seconds.setdefault(area, []).append(s)
         perf = [t for t in report.get("tests", []) if "performance" in t.get("tags", [])]
         ratios += [m for t in perf if (m := report_reader.test_detail(t).get("measure")) is not None]
@@ -217,7 +218,10 @@ def part_rate(args, out: Path) -> dict:
           f"(grade-all exit {run.returncode}; {(run.stdout.strip().splitlines() or [''])[-1][:200]})")
     print(f"class peak GPU memory above idle: {memory.peak_gib} GiB; not measured: {unmeasured} of {len(students)}")
     print(f"GPU busy (NVML, mean): {memory.gpu_busy_mean}; cores busy (mean of {os.cpu_count()}): {memory.cpu_busy}")
-    print("seconds per area (max, median): " + json.dumps(per_area))
+    budgets = budgets_on(assignment, "cuda")
+    most = sum(v["max"] for a, v in per_area.items() if a in budgets)
+    print("seconds per area, waits for neighbours aside (max, median): " + json.dumps(per_area))
+    print(f"each budgeted area's most, summed: {most:.2f} s against budgets summing to {sum(budgets.values()):g} s")
     if ratios:
         print(f"performance ratio reference/reference: min {min(ratios):.3f} median {statistics.median(ratios):.3f} "
               f"max {max(ratios):.3f} over {len(ratios)} tests")
@@ -226,7 +230,7 @@ def part_rate(args, out: Path) -> dict:
     return {"wall_s": round(wall, 1), "rate_per_min": round(rate, 2), "gradings": len(students),
             "first_wave": first_wave(reports),
             "peak_gib": memory.peak_gib, "gpu_busy": memory.gpu_busy_mean, "cpu_busy": memory.cpu_busy,
-            "not_measured": unmeasured, "bad": bad, "areas_s": per_area,
+            "not_measured": unmeasured, "bad": bad, "areas_s": per_area, "areas_most_sum_s": round(most, 2),
             "ratios": ratios, "rows": rows, "time_went": time_went(reports), "ok": bad == 0}
 
 
