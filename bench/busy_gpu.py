@@ -18,6 +18,7 @@ Prints a table per check and exits 1 if any check failed.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import signal
@@ -88,11 +89,11 @@ def verdict(report: dict) -> tuple[bool, str]:
     figures = [report_reader.test_detail(t).get("figures") or {} for t in perf]
     attempts = sum(f.get("quiet_attempts", 0) for f in figures)
     waited = max((f.get("quiet_waited_s", 0) for f in figures), default=0)
-    hints = [t.get("output", "")[:150] for t in report.get("tests", [])
-             if t.get("status") == "failed" and "performance" not in t.get("tags", [])]
     # Each distinct message once, with how many tests gave it: a file ended for its GPU work
-    # fails forty tests with one sentence.
-    lost_hints = "; ".join(h + (f" (x{hints.count(h)})" if hints.count(h) > 1 else "") for h in dict.fromkeys(hints))
+    # fails dozens of tests with one sentence.
+    hints = collections.Counter(t.get("output", "")[:150] for t in report.get("tests", [])
+                                if t.get("status") == "failed" and "performance" not in t.get("tags", []))
+    lost_hints = "; ".join(h + (f" (x{n})" if n > 1 else "") for h, n in hints.items())
     return ok, f"{score}/{top}" + (f" lost {lost}: {lost_hints}" if lost else "") + \
         (f" regrade: {why[:120]}" if why else "") + (f" ratio {ratio}" if ratio is not None else "") + \
         (f" quiet: {attempts:g} attempts, {waited:.1f} s waited" if figures else "") + \
