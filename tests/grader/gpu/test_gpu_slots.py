@@ -19,7 +19,7 @@ from grader.grading.grade_one import gpu_of, read_state
 
 GIB = 1 << 30
 H200 = 139 * GIB            # what cuDeviceTotalMem says of an H200
-PER_GRADING = 19 * GIB      # L1's gpu_memory_gib
+PER_GRADING = 19 * GIB      # so large that the memory, not the cores, sets the slots: 139 // 19 = 7 of 8 pairs
 
 
 def _host(monkeypatch, count, memory=None, cores=None, visible=None):

@@ -120,13 +120,14 @@ def test_the_l1_rubric_states_a_budget_for_every_area_on_each_device_it_grades()
                 assert area.budget_on(device) is not None, f"{name} has no {device} budget"
 
 
-def test_the_l1_reference_may_cost_sixteen_seconds_of_a_gpu_in_all():
-    """Twenty gradings a minute on a GPU holding seven at once leaves a grading 21 s of a slot,
+def test_the_l1_reference_may_cost_seventeen_and_a_half_seconds_of_a_gpu_in_all():
+    """Twenty gradings a minute on a GPU holding eight at once leaves a grading 24 s of a slot,
     waits for its neighbours included. Each area's budget is the most the reference spent there
-    on the H200, seven at once; their sum, 16 s, is what no budget may grow past unseen (no one
-    grading spent over 9.4 s: each area's slowest fell in another grading)."""
+    on the H200 seven at once, or on an H100 eight at once; their sum, 17.5 s, is what no budget
+    may grow past unseen (no one grading spent over 9.4 s: each area's slowest fell in another
+    grading)."""
     cuda = {name: area.budget_on("cuda") for name, area in ASSIGNMENT.areas.items()}
-    assert None not in cuda.values() and sum(cuda.values()) <= 16.0, cuda
+    assert None not in cuda.values() and sum(cuda.values()) <= 17.5 + 1e-9, cuda
 
 
 @pytest.mark.parametrize("budget", ["5", "{ cpu = -1 }", "{ gpu = 3 }", "{ cpu = true }"])
