@@ -93,6 +93,11 @@ def case_seed(run_seed: int, case: str) -> int:
     return zlib.crc32(f"{run_seed}:performance:{case}".encode())
 
 
+def launch_bytes(T: int, HD: int, itemsize: int) -> int:
+    """What one launch moves: its tokens' key and value rows read and written, its slots read."""
+    return 4 * T * HD * itemsize + 8 * T
+
+
 class Batch:
     """n launches' inputs in one proxy's shared memory, refilled before each timing: each launch
     its own slots, its rows one of `sets` sets taken in turn."""
@@ -100,8 +105,7 @@ class Batch:
     def __init__(self, proxy, case: str, seed: int):
         T, H, D, dtype, layout, n = CASES[case]
         self.T, self.n, self.HD = T, n, H * D
-        moved = 4 * T * H * D * dtype.itemsize                # read and written by one launch
-        self.sets = min(n, 1 + -(-REUSE_GAP_BYTES // moved))
+        self.sets = min(n, 1 + -(-REUSE_GAP_BYTES // launch_bytes(T, H * D, dtype.itemsize)))
         alloc = proxy.exchange.empty
         # Plain key and value get rows of their own: had value been key, its read would come
         # from the cache, not memory, and not all the bytes counted would be moved.
@@ -213,7 +217,7 @@ class Batch:
 
     @property
     def bytes_moved(self) -> int:
-        return self.n * (4 * self.T * self.HD * self.rows.element_size() + 8 * self.T)
+        return self.n * launch_bytes(self.T, self.HD, self.rows.element_size())
 
 
 def timed(proxy, batch: Batch, repeats: int = 1) -> list[float]:
