@@ -28,6 +28,12 @@ def graded(tmp_path_factory):
     return toy_class.graded(tmp_path_factory)
 
 
+# The tests that read `graded` run on one xdist worker: a module fixture is made once per worker,
+# and grading the class is 34 s of a 2-core machine's CI.
+on_the_graded_class = pytest.mark.xdist_group("test_batch_graded")
+
+
+@on_the_graded_class
 def test_every_student_gets_the_right_score(graded):
     rows = {r.student: r for r in graded.first.rows}
     assert len(rows) >= 40
@@ -42,6 +48,7 @@ def test_every_student_gets_the_right_score(graded):
         assert why in rows[student].note, student
 
 
+@on_the_graded_class
 def test_a_refused_hand_in_gets_feedback_saying_why_once(graded):
     for student, why in toy_class.REFUSED.items():
         text = graded.course.feedback_path(student).read_text()
@@ -53,6 +60,7 @@ def test_a_refused_hand_in_gets_feedback_saying_why_once(graded):
     assert graded.course.read_report("s_link")["extra_data"]["submission"]["bytes"] == 0
 
 
+@on_the_graded_class
 def test_the_course_folder_is_kept_out_of_the_workers_view_and_its_mode_kept(graded):
     """A worker must not read a classmate's file (or report) while it is being graded: the course
     folder is absent from its file system (the allow-list, grader/sandbox/rootfs.py), which
@@ -68,6 +76,7 @@ def test_the_course_folder_is_kept_out_of_the_workers_view_and_its_mode_kept(gra
     assert root in sandbox["kept_out_paths"] and sandbox["not_kept_out_paths"] == []
 
 
+@on_the_graded_class
 def test_identical_files_are_graded_once(graded):
     result = graded.first
     assert result.graded == graded.distinct_files
@@ -75,6 +84,7 @@ def test_identical_files_are_graded_once(graded):
     assert result.errors == 0 and result.unchanged == 0
 
 
+@on_the_graded_class
 def test_feedback_holds_score_areas_and_failed_hints_only(graded):
     text = graded.course.feedback_path("s26").read_text()        # the first no_echo student
     assert "60.00 / 90.00" in text
@@ -88,6 +98,7 @@ def test_feedback_holds_score_areas_and_failed_hints_only(graded):
         assert not graded.course.feedback_path(student).exists()
 
 
+@on_the_graded_class
 def test_grades_csv(graded):
     with open(graded.course.root / "grades-toy_add.csv") as f:
         rows = {r["student_id"]: r for r in csv.DictReader(f)}
@@ -99,6 +110,7 @@ def test_grades_csv(graded):
     assert rows["s_empty"]["status"] == "missing" and rows["s_empty"]["score"] == "0"
 
 
+@on_the_graded_class
 def test_nbgrader_export_lists_every_student(graded):
     out = graded.course.root / "export.csv"
     nbgrader = Path(sys.executable).with_name("nbgrader")
@@ -116,6 +128,7 @@ def test_nbgrader_export_lists_every_student(graded):
         assert float(rows[student]["score"]) == 0.0 and rows[student]["timestamp"] == ""
 
 
+@on_the_graded_class
 def test_gradebook_leaves_ungraded_areas_to_a_person(graded):
     from nbgrader.api import Gradebook
     with Gradebook(gradebook_url(graded.course.root)) as gb:
@@ -125,6 +138,7 @@ def test_gradebook_leaves_ungraded_areas_to_a_person(graded):
         assert add.auto_score == 60.0 and not add.needs_manual_grade
 
 
+@on_the_graded_class
 def test_second_run_does_no_grading(graded, capsys):
     """Through the command line, as an instructor would run it again."""
     course = graded.course
@@ -139,6 +153,7 @@ def test_second_run_does_no_grading(graded, capsys):
     assert {s: course.report_path(s).stat().st_mtime_ns for s in graded.expected} == before
 
 
+@on_the_graded_class
 def test_a_lost_report_comes_back_from_an_identical_file(graded):
     course = graded.course
     course.report_path("s05").unlink()
