@@ -9,6 +9,7 @@ parts of under ten minutes each.
     python bench/h200_checks.py start [--procs 1 7 21]   # processes starting at once: torch, CUDA, Triton
     python bench/h200_checks.py write [--out DIR]   # where the write area's seconds go, case by case
     python bench/h200_checks.py int64 [--out DIR]   # what the int64 tests cost a process's first time
+    python bench/h200_checks.py calls [--out DIR]   # where one call through the sandbox goes
 
 first:  the reference graded cold twice, alone, with the GPU's memory sampled every 50 ms
         (NVML): wall time, the report's phases, and the peak memory above the idle GPU.
@@ -378,6 +379,112 @@ def part_int64(args, out: Path) -> dict:
     return {"ok": True, "wall_s": round(wall, 1), "tests": rows}
 
 
+CALLS_PROBE = r"""
+import cProfile, io, pstats
+from pathlib import Path
+from grader.assignment import Assignment
+from grader.grading.workers import confinement_for, started
+from grader.sandbox import vmm
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"    # the CPU: a dry run of this probe
+sync = torch.cuda.synchronize if DEV == "cuda" else (lambda: None)
+
+a = Assignment.load(Path(sys.argv[3]) / "assignment" / "l1_paged_kv_write" / "assignment.toml")
+conf = confinement_for(a, DEV, [], want_uid=True)
+sub = started(a.reference, a, DEV, conf, {})
+H, D, BS, NB, T = 4, 64, 16, 32, 12
+g = torch.Generator(device=DEV).manual_seed(0)
+
+def torch_made():      # as a test builds them: staged through fresh allocations at each call
+    kc, vc = (torch.randn((NB, BS, H, D), device=DEV, generator=g).half() for _ in range(2))
+    key, value = (torch.randn((T, H, D), device=DEV, generator=g).half() for _ in range(2))
+    return key, value, kc, vc, torch.randperm(NB * BS, device=DEV, generator=g)[:T]
+
+def shared_made():     # the grader's own allocations (sub.exchange): nothing staged
+    x = sub.exchange
+    kc, vc, key, value = (x.empty(s, torch.float16) for s in [(NB, BS, H, D)] * 2 + [(T, H, D)] * 2)
+    slots = x.empty((T,), torch.int64); slots.copy_(torch.arange(T, device=DEV))
+    return key, value, kc, vc, slots
+
+def rejected():        # a cache that is not contiguous: the call raises
+    key, value, kc, vc, slots = torch_made()
+    return key, value, torch.randn((NB, BS, 2 * H, D), device=DEV).half()[:, :, :H], vc, slots
+
+def one(fn, args):
+    sync(); t = time.perf_counter()
+    try:
+        fn(*args)
+    except Exception:
+        pass
+    return time.perf_counter() - t
+
+table = torch.arange(64, device=DEV, dtype=torch.int32).reshape(4, 16)
+seq = torch.tensor([0, 0, 1, 2, 3], device=DEV); pos = torch.tensor([0, 5, 9, 2, 7], device=DEV)
+cases = {
+    "slot_mapping, 5 tokens (3 tensors staged)": lambda: (sub.slot_mapping, (table, seq, pos, 16)),
+    "reshape_and_cache, 5 tensors staged": lambda: (sub.reshape_and_cache, torch_made()),
+    "reshape_and_cache, 5 shared tensors": lambda: (sub.reshape_and_cache, shared_made()),
+    "reshape_and_cache raising (staged)": lambda: (sub.reshape_and_cache, rejected()),
+}
+for make in cases.values():           # the worker's import and the kernel's compile, apart
+    one(*make())
+sub.exchange.release()
+rows = {}
+for name, make in cases.items():
+    times = []
+    for _ in range(30):
+        times.append(one(*make()))
+        sub.exchange.release()
+    times.sort()
+    rows[name] = {"median_ms": round(1e3 * times[15], 2), "min_ms": round(1e3 * times[0], 2),
+                  "max_ms": round(1e3 * times[-1], 2)}
+prof = cProfile.Profile(); prof.enable()
+for _ in range(30):
+    one(*cases["reshape_and_cache, 5 tensors staged"]())
+    sub.exchange.release()
+prof.disable()
+text = io.StringIO()
+pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(22)
+print(text.getvalue()[-6000:], file=sys.stderr)
+
+def ms(fn, n=30):
+    times = []
+    for _ in range(n):
+        sync(); t = time.perf_counter(); fn(); times.append(time.perf_counter() - t)
+    return round(1e3 * sorted(times)[n // 2], 3)
+
+def alloc_close():
+    vmm.Allocation(1 << 20, torch.cuda.current_device()).close()
+
+def import_close():
+    al = vmm.Allocation(1 << 20, torch.cuda.current_device())
+    d = al.describe()
+    im = vmm.Import([(o, n, os.dup(fd)) for (o, n, _), fd in zip(d["pieces"], al.fds)], d["nbytes"], d["size"],
+                    torch.cuda.current_device())
+    im.close(); al.close()
+
+if DEV == "cuda":
+    rows["vmm: 1 MiB allocated, exported and freed (ms)"] = ms(alloc_close)
+    rows["vmm: the same, and imported and unmapped once more (ms)"] = ms(import_close)
+    rows["torch.cuda.synchronize, idle (ms)"] = ms(torch.cuda.synchronize)
+sub.close(); conf.release()
+print(json.dumps(rows))
+"""
+
+
+def part_calls(args, out: Path) -> dict:
+    """Where one call through the sandbox goes, on a warm worker of the reference alone: a call with
+    tensors staged as a test makes them, with the grader's shared tensors, and one that raises;
+    the VMM steps on their own; and a profile of the grader's side of the staged call."""
+    rows, wall = run_probe(CALLS_PROBE, args.deadline)
+    if rows is None:
+        return {"ok": False, "wall_s": round(wall, 1)}
+    for name, row in rows.items():
+        print(f"  {name}: {json.dumps(row)}")
+    print(f"process {wall:.1f} s", flush=True)
+    return {"ok": True, "wall_s": round(wall, 1), "calls": rows}
+
+
 def part_matrix(args, out: Path) -> dict:
     cmd = [sys.executable, "-m", "grader", "validate", "--device", "cuda", "--out", str(out / "matrix-validate.json")]
     cmd += ["--jobs", str(args.jobs)] if args.jobs else []
@@ -410,7 +517,7 @@ def part_service(args, out: Path) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("part", choices=["first", "rate", "matrix", "service", "start", "write", "int64"])
+    ap.add_argument("part", choices=["first", "rate", "matrix", "service", "start", "write", "int64", "calls"])
     ap.add_argument("--copies", type=int, default=24)
     ap.add_argument("--jobs", type=int, help="gradings at once (default: grade-all's and validate's own)")
     ap.add_argument("--out", default="build/h200")
@@ -421,7 +528,8 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     found = {"first": part_first, "rate": part_rate, "matrix": part_matrix, "service": part_service,
-             "start": part_start, "write": part_write, "int64": part_int64}[args.part](args, out)
+             "start": part_start, "write": part_write, "int64": part_int64,
+             "calls": part_calls}[args.part](args, out)
     (out / f"{args.part}.json").write_text(json.dumps(found, indent=1))
     ok = found["ok"] if "ok" in found else all(g["ok"] for g in found.get("gradings", []))
     print("every check passed" if ok else "a check failed")
