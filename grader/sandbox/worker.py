@@ -528,7 +528,8 @@ def serve(sock: socket.socket, module, device: str) -> None:
             # Unmapped after the answer (the work was synchronised before it), so that a timed
             # window holds the launches and not the teardown of gigabytes of mappings: on the
             # H200 a window's fixed cost was 0.49-1.13 ms with it and 0.14-0.53 ms without.
-            # Nothing of the grader's stays mapped while the worker waits for its next request.
+            # Nothing of the grader's stays mapped while the worker waits for its next request,
+            # but its staging buffers, which hold only what this worker was given (Mapper.kept).
             pending.clear()
             try:
                 mapper.close()
