@@ -65,10 +65,19 @@ def visible_gpus() -> list[str]:
     return listed[:count] if listed else [str(i) for i in range(count)]
 
 
+# Gradings at once on one GPU, at most, by default. Past four the GPU's time-slicing among the
+# gradings' processes costs each test more than the extra gradings bring: on one H100 with 16
+# cores, 24 reference copies went at 19.2 a minute four at once, 19.0 six, 16.6 and 18.4 eight, and
+# the reference's slowest seconds in each area summed to 6.9, 10.2, 14.6 and 12.1 s
+# (docs/instructor.md, "A nineteenth round"). `--jobs` asks for more.
+MOST_AT_ONCE_PER_GPU = 4
+
+
 def default_jobs(device: str, grading_gpu_bytes: int | None = None) -> int:
     """Gradings at once. A grading keeps about two cores busy (the trusted pytest process and
     the worker); on a GPU machine the cores are shared among the GPUs, and each GPU takes as
-    many as its memory holds at grading_gpu_bytes each (one per GPU where that is not known)."""
+    many as its memory holds at grading_gpu_bytes each (one per GPU where that is not known),
+    and MOST_AT_ONCE_PER_GPU at most."""
     pairs = max(1, len(os.sched_getaffinity(0)) // 2)
     if device != "cuda":
         return pairs
@@ -76,7 +85,7 @@ def default_jobs(device: str, grading_gpu_bytes: int | None = None) -> int:
     sizes = cuda_device_memory() if grading_gpu_bytes else []
     if len(sizes) != len(gpus) or not gpus:
         return len(gpus)
-    per_gpu = max(1, pairs // len(gpus))
+    per_gpu = max(1, min(MOST_AT_ONCE_PER_GPU, pairs // len(gpus)))
     return sum(max(1, min(per_gpu, size // grading_gpu_bytes)) for size in sizes)
 
 

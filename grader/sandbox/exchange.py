@@ -8,6 +8,12 @@ descriptor, so what the worker maps holds nothing but the tensors it was given
 driver bindings, storages go by torch's CUDA IPC from a memory pool of their own,
 which only a worker of the grader's own uid can open. Tensors allocated elsewhere are staged: copied in before the call and
 copied back after it, so views keep their strides, offsets and aliasing.
+
+A test's small tensors are staged at nearly every call, and a fresh allocation for each (made,
+exported, mapped by the worker, unmapped and freed on both sides) cost more than the call. So
+staging buffers are kept, by size class, for the life of the Exchange (STAGING_KEPT_BYTES in
+all), and the worker keeps its mapping of each (worker.Mapper's `kept`): what it can reach there
+is what it was given before, its own inputs and outputs, never the grader's expected results.
 """
 from __future__ import annotations
 
@@ -20,6 +26,14 @@ import torch
 
 from . import vmm as vmm_module
 from . import wire
+
+STAGING_KEPT_BYTES = 64 << 20      # staging buffers kept for reuse, in all; past it they are freed after each call
+STAGING_MIN_BYTES = 64 << 10       # the smallest size class
+
+
+def staging_class(nbytes: int) -> int:
+    """The size of the buffer that stages `nbytes`: the next power of two, at least STAGING_MIN_BYTES."""
+    return max(STAGING_MIN_BYTES, 1 << (max(1, nbytes) - 1).bit_length())
 
 
 def _bytes_view(storage: torch.UntypedStorage) -> torch.Tensor:
@@ -40,6 +54,12 @@ class Exchange:
         self._files: dict[int, tuple[str, int, torch.Tensor]] = {}   # CPU: path, nbytes, base
         self._pooled: dict[int, torch.Tensor] = {}                   # CUDA: base from our pool
         self._pool = torch.cuda.MemPool() if device.type == "cuda" and not self.vmm else None
+        # Staging buffers kept between calls (not with torch's CUDA IPC, whose worker maps per call):
+        # free ones by size class, and for each kept one the bytes its last call used.
+        self._spare: dict[int, list[torch.Tensor]] = {}
+        self._kept: dict[int, int] = {}                              # data_ptr -> bytes last used
+        self._kept_bytes = 0
+        self._keeps = device.type == "cpu" or self.vmm
 
     # -- allocation -------------------------------------------------------
     def empty(self, shape, dtype, backed: list[tuple[int, int]] | None = None) -> torch.Tensor:
@@ -78,18 +98,23 @@ class Exchange:
         self._files[base.untyped_storage().data_ptr()] = (str(path), nbytes, base)
         return base
 
-    def release(self) -> None:
-        """Forget everything allocated so far (called between tests)."""
-        for path, _, _ in self._files.values():
+    def release(self, staging: bool = False) -> None:
+        """Forget everything allocated so far (called between tests), the kept staging buffers
+        too where `staging` (the worker that mapped them is gone or going)."""
+        kept = set() if staging else set(self._kept)
+        for key in [k for k in self._files if k not in kept]:
             with contextlib.suppress(OSError):
-                os.unlink(path)
-        self._files.clear()
+                os.unlink(self._files.pop(key)[0])
         self._pooled.clear()
-        if self._allocations:
+        gone = [k for k in self._allocations if k not in kept]
+        if gone:
             torch.cuda.synchronize()
-            for alloc in self._allocations.values():
-                alloc.close()
-            self._allocations.clear()
+            for key in gone:
+                self._allocations.pop(key).close()
+        if staging:
+            self._spare.clear()
+            self._kept.clear()
+            self._kept_bytes = 0
         self._outgoing.clear()
 
     def take_outgoing(self) -> tuple[list[int], list[int]]:
@@ -112,7 +137,7 @@ class Exchange:
             key = storage.data_ptr()
             if not self._is_exchange(key):
                 if key not in staged:
-                    copy = self._alloc_bytes(max(1, storage.nbytes()))
+                    copy = self._stage(storage.nbytes())
                     if storage.nbytes():
                         copy[: storage.nbytes()].copy_(_bytes_view(storage))
                     staged[key] = (storage, copy)
@@ -128,7 +153,34 @@ class Exchange:
             for storage, copy in staged.values():
                 if storage.nbytes():
                     _bytes_view(storage).copy_(copy[: storage.nbytes()])
-                self._forget(copy)
+                self._unstage(copy, storage.nbytes())
+
+    def _stage(self, nbytes: int) -> torch.Tensor:
+        """A buffer for a staged storage of `nbytes`: a kept one of its size class where one is
+        free, its bytes past `nbytes` that an earlier call used zeroed (a fresh buffer holds
+        nothing of the past either); else a new one, kept if the kept ones leave room."""
+        size = staging_class(nbytes)
+        spare = self._spare.get(size)
+        if spare:
+            base = spare.pop()
+            used = self._kept[base.untyped_storage().data_ptr()]
+            if used > nbytes:
+                base[nbytes:used].zero_()
+            return base
+        if not self._keeps or self._kept_bytes + size > STAGING_KEPT_BYTES:
+            return self._alloc_bytes(max(1, nbytes))
+        base = self._alloc_bytes(size)
+        self._kept[base.untyped_storage().data_ptr()] = 0
+        self._kept_bytes += size
+        return base
+
+    def _unstage(self, base: torch.Tensor, nbytes: int) -> None:
+        key = base.untyped_storage().data_ptr()
+        if key not in self._kept:
+            self._forget(base)
+            return
+        self._kept[key] = max(nbytes, 1)
+        self._spare.setdefault(base.numel(), []).append(base)
 
     def _is_exchange(self, key: int) -> bool:
         return key in self._files or key in self._pooled or key in self._allocations
@@ -150,6 +202,8 @@ class Exchange:
     def _descriptor(self, t: torch.Tensor) -> dict:
         common = {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
                   "stride": list(t.stride()), "offset": t.storage_offset()}
+        if t.untyped_storage().data_ptr() in self._kept:
+            common["kept"] = True             # the worker keeps it mapped for the next calls
         if t.device.type == "cpu":
             path, nbytes, _ = self._files[t.untyped_storage().data_ptr()]
             return dict(common, kind="file", path=path, nbytes=nbytes)

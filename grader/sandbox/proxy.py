@@ -743,6 +743,6 @@ class Submission:
     def close(self) -> None:
         self._discard(None)
         if "exchange" in self.__dict__:
-            self.exchange.release()
+            self.exchange.release(staging=True)
         shutil.rmtree(self.scratch, ignore_errors=True)
         shutil.rmtree(self.exchange_dir, ignore_errors=True)

@@ -6,7 +6,8 @@ buffer object failed"), so the worker would have to run as root beside the grade
 Memory made by cuMemCreate can instead be exported as a POSIX file descriptor and
 handed over a Unix socket (SCM_RIGHTS): holding the descriptor is the permission,
 whoever the receiver is. The grader makes an `Allocation`; the worker maps it as an
-`Import` for the length of one request, and the grader frees it when a test is done.
+`Import` for the length of one request (a staging buffer, until the worker ends:
+exchange.py), and the grader frees it when a test is done.
 This file is copied into the sandbox beside worker.py, so it imports nothing from
 the grader.
 """

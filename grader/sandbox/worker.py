@@ -35,32 +35,37 @@ def error_of(exc: BaseException) -> dict:
 
 class Mapper:
     """Turns tensor descriptors from the grader into tensors over shared memory, for the
-    length of one request (or of a prepared batch)."""
+    length of one request (or of a prepared batch). The grader's staging buffers ("kept") stay
+    mapped from one request to the next, in `kept` (the worker's, not the request's)."""
 
-    def __init__(self, device: str, fds: dict[int, int] | None = None):
+    def __init__(self, device: str, fds: dict[int, int] | None = None, kept: dict | None = None):
         self.device = device
         self.files: dict[str, object] = {}
         self.fds = fds or {}                       # piece id -> received descriptor
         self.vmm: dict[int, object] = {}           # allocation id -> vmm.Import
+        self.kept = {} if kept is None else kept   # path or allocation id -> its mapping, across requests
         self.sparse = False                        # a GPU tensor with memory behind some of it only
 
     def tensor(self, d: dict):
         dtype = getattr(torch, d["dtype"])
+        mine = self.kept if d.get("kept") is True else None
         if d["kind"] == "file":
-            base = self.files.get(d["path"])
+            where = self.files if mine is None else mine
+            base = where.get(d["path"])
             if base is None:
                 base = torch.from_file(d["path"], shared=True, size=d["nbytes"], dtype=torch.uint8)
-                self.files[d["path"]] = base
+                where[d["path"]] = base
             return torch.empty(0, dtype=dtype).set_(base.untyped_storage(), d["offset"],
                                                     d["shape"], d["stride"])
         if d["kind"] == "vmm":
             import vmm
-            mapping = self.vmm.get(d["id"])
+            where = self.vmm if mine is None else mine
+            mapping = where.get(d["id"])
             if mapping is None:
                 pieces = [(offset, length, self.fds[pid]) for offset, length, pid in d["pieces"]]
                 self.sparse |= sum(length for _, length, _ in pieces) < d["nbytes"]
-                mapping = self.vmm[d["id"]] = vmm.Import(pieces, d["nbytes"], d["size"],
-                                                         torch.cuda.current_device())
+                mapping = where[d["id"]] = vmm.Import(pieces, d["nbytes"], d["size"],
+                                                      torch.cuda.current_device())
             return torch.empty(0, dtype=dtype, device="cuda").set_(mapping.tensor.untyped_storage(), d["offset"],
                                                                    d["shape"], d["stride"])
         if d["kind"] == "cuda":
@@ -483,7 +488,8 @@ def handle(msg: dict, module, mapper: Mapper, device: str, pending: list,
 
 
 def serve(sock: socket.socket, module, device: str) -> None:
-    mapper, pending = Mapper(device), []
+    kept: dict = {}                          # the grader's staging buffers, mapped once (Mapper)
+    mapper, pending = Mapper(device, kept=kept), []
     while True:
         try:
             msg, _, fds = wire.recv_with_fds(sock)
@@ -498,7 +504,7 @@ def serve(sock: socket.socket, module, device: str) -> None:
         if op in (None, "call", "prepare"):
             pending.clear()
             mapper.close()                   # a prepared batch that was never run
-            mapper = Mapper(device, dict(zip(ids, fds)))
+            mapper = Mapper(device, dict(zip(ids, fds)), kept)
         else:
             for fd in fds:
                 os.close(fd)
@@ -522,7 +528,8 @@ def serve(sock: socket.socket, module, device: str) -> None:
             # Unmapped after the answer (the work was synchronised before it), so that a timed
             # window holds the launches and not the teardown of gigabytes of mappings: on the
             # H200 a window's fixed cost was 0.49-1.13 ms with it and 0.14-0.53 ms without.
-            # Nothing of the grader's stays mapped while the worker waits for its next request.
+            # Nothing of the grader's stays mapped while the worker waits for its next request,
+            # but its staging buffers, which hold only what this worker was given (Mapper.kept).
             pending.clear()
             try:
                 mapper.close()

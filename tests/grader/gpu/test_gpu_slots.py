@@ -19,7 +19,7 @@ from grader.grading.grade_one import gpu_of, read_state
 
 GIB = 1 << 30
 H200 = 139 * GIB            # what cuDeviceTotalMem says of an H200
-PER_GRADING = 19 * GIB      # so large that the memory, not the cores, sets the slots: 139 // 19 = 7 of 8 pairs
+PER_GRADING = 40 * GIB      # so large that the memory, not the cores or the cap of four, sets the slots: 139 // 40 = 3
 
 
 def _host(monkeypatch, count, memory=None, cores=None, visible=None):
@@ -49,8 +49,8 @@ def test_every_gpu_gets_slots_and_each_slot_sees_one_gpu(monkeypatch, count):
     assert len(envs) == jobs
     assert all(set(env) == {"CUDA_VISIBLE_DEVICES"} and env["CUDA_VISIBLE_DEVICES"] in gpus for env in envs)
     assert all("," not in env["CUDA_VISIBLE_DEVICES"] for env in envs)
-    # 16 cores a GPU: 8 pairs a GPU, of which the memory holds 139 // 19 = 7
-    assert _per_gpu(envs) == {gpu: 7 for gpu in gpus}
+    # 16 cores a GPU: 8 pairs a GPU, four at most, of which the memory holds 139 // 40 = 3
+    assert _per_gpu(envs) == {gpu: 3 for gpu in gpus}
     # the slots take the GPUs in turn: the first `count` slots are one on each GPU
     assert [env["CUDA_VISIBLE_DEVICES"] for env in envs[:count]] == gpus
 
@@ -61,7 +61,7 @@ def test_slots_a_gpu_gets_follow_its_memory_and_the_cores(monkeypatch, count):
     _host(monkeypatch, count, memory)
     jobs = machines.default_jobs("cuda", PER_GRADING)
     per_gpu = _per_gpu(machines.slots("cuda", jobs, PER_GRADING))
-    assert per_gpu == {str(i): (7 if i % 2 == 0 else 4) for i in range(count)}      # 139 // 19, 80 // 19
+    assert per_gpu == {str(i): (3 if i % 2 == 0 else 2) for i in range(count)}      # 139 // 40, 80 // 40
     # more asked for than the memory holds: no GPU gets more than its room, and the pool says why
     per_gpu = _per_gpu(machines.slots("cuda", 100, PER_GRADING))
     assert all(n <= memory[int(gpu)] // PER_GRADING for gpu, n in per_gpu.items())
@@ -94,7 +94,7 @@ def test_a_visible_device_list_is_graded_on_those_devices(monkeypatch):
 
 @pytest.mark.parametrize("count", [2, 4, 8])
 def test_the_pool_runs_gradings_on_every_gpu_never_more_on_one_than_it_holds(monkeypatch, count):
-    _host(monkeypatch, count, [H200] + [40 * GIB] * (count - 1))      # room 7, then 2 each
+    _host(monkeypatch, count, [H200] + [80 * GIB] * (count - 1))      # room 3, then 2 each
     jobs = machines.default_jobs("cuda", PER_GRADING)
     pool = machines.SlotPool("cuda", jobs, PER_GRADING)
     lock = threading.Lock()
@@ -118,7 +118,7 @@ def test_the_pool_runs_gradings_on_every_gpu_never_more_on_one_than_it_holds(mon
         t.join(30)
     assert set(ran) == {str(i) for i in range(count)}
     assert sum(ran.values()) == 6 * jobs
-    assert most["0"] <= 7 and all(most[str(i)] <= 2 for i in range(1, count))
+    assert most["0"] <= 3 and all(most[str(i)] <= 2 for i in range(1, count))
 
 
 class _FakeProps:

@@ -1,0 +1,55 @@
+"""A test's own tensors are staged through buffers the grader keeps from call to call
+(grader/sandbox/exchange.py): what a worker finds in them is only what it was given, and each
+call's outputs still come back to the tensors the test passed."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from grader.sandbox import Confinement, Submission
+from grader.sandbox.exchange import STAGING_KEPT_BYTES, STAGING_MIN_BYTES, Exchange, staging_class
+
+TOY = Path(__file__).parent.parent / "toy" / "submissions"
+
+
+@pytest.fixture
+def sub():
+    conf = Confinement.prepare("cpu", [], want_uid=False)
+    sub = Submission(TOY / "reads_its_buffers.py", ["storage_bytes", "fill"], torch.device("cpu"), conf, timeout=60)
+    yield sub
+    sub.close()
+    conf.release()
+
+
+def test_outputs_come_back_to_each_calls_own_tensors_while_buffers_are_reused(sub):
+    tensors = [torch.zeros(n) for n in (1000, 10, 1000, 5000)]
+    for i, t in enumerate(tensors):
+        sub.fill(t, float(i + 1))
+    for i, t in enumerate(tensors):
+        assert torch.equal(t, torch.full_like(t, float(i + 1))), f"call {i}'s output did not come back"
+    assert len(sub.exchange._kept) == 1, "the four calls, one at a time, were staged through one kept buffer"
+
+
+def test_a_buffer_reused_for_a_smaller_tensor_shows_nothing_past_it(sub):
+    """A worker that reads the whole storage behind a small tensor must not find an earlier call's
+    larger tensor there: the bytes past the small one are zero."""
+    sub.fill(torch.zeros(4000), 7.0)
+    small = torch.full((10,), 3.0)
+    seen = sub.storage_bytes(small)
+    assert len(seen) == staging_class(small.numel() * 4)
+    assert torch.equal(seen[:40].view(torch.float32), small)
+    assert not seen[40:].any(), "the bytes past the small tensor still held the earlier call's values"
+
+
+def test_kept_buffers_stay_under_their_cap_and_go_with_the_exchange(tmp_path):
+    x = Exchange(tmp_path, torch.device("cpu"))
+    sizes = [STAGING_MIN_BYTES, 3 * STAGING_MIN_BYTES, STAGING_KEPT_BYTES // 2, STAGING_KEPT_BYTES // 2]
+    with x.crossing([torch.zeros(n, dtype=torch.uint8) for n in sizes], {}):
+        pass
+    assert x._kept_bytes <= STAGING_KEPT_BYTES
+    assert len(x._kept) == 3, "the last half of the cap did not fit beside the others and was not kept"
+    assert len(list(tmp_path.iterdir())) == 3, "the buffer that was not kept was freed after the call"
+    x.release()
+    assert len(list(tmp_path.iterdir())) == 3, "release between tests keeps the staging buffers"
+    x.release(staging=True)
+    assert not list(tmp_path.iterdir()) and not x._kept
