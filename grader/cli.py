@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--no-privilege-drop", action="store_true", help="run workers as the grader's user")
     v.add_argument("--jobs", type=int, help="entries validated at once (default: as grade-all, half the "
                                             "cores on the CPU; on a GPU machine as many as the GPUs' memory and "
-                                            "cores allow, timing tests taking turns)")
+                                            "cores allow, four a GPU at most, timing tests taking turns)")
     v.add_argument("--cold", action="store_true", help="every grading starts its own test process (default: "
                                                         "a warm host per slot, as grade-all)")
     v.add_argument("--under-load", action="store_true",

@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
     p.add_argument("--assignment", help="assignment folder (default: the only one under assignment/)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--jobs", type=int, help="gradings at once (default: on the CPU half the cores; on a GPU machine as "
-                   "many as each GPU's memory (gpu_memory_gib in assignment.toml) and the cores allow). "
+                   "many as each GPU's memory (gpu_memory_gib in assignment.toml) and the cores allow, four a GPU at most). "
                         "On GPUs, N > GPUs shares each GPU; tests that time the kernel take turns alone")
     p.add_argument("--timeout", type=float, help="seconds one grading may take (default: 2 x time budget + 300)")
     p.add_argument("--csv", help="plain grades CSV (default: COURSE/grades-<assignment id>.csv)")

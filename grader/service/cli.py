@@ -24,7 +24,7 @@ def _serve_parser(sub) -> None:
     p.add_argument("--assignment", help="assignment folder (default: the only one under assignment/)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--jobs", type=int, help="gradings at once (default: as grade-all, half the cores on the CPU, on a GPU "
-                                           "machine what the GPUs' memory and the cores allow; "
+                                           "machine what the GPUs' memory and the cores allow, four a GPU at most; "
                                            "with --executor slurm, Slurm tasks at once, default 4)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: put a TLS "
                                                        "reverse proxy in front, docs/service.md)")
