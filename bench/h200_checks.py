@@ -463,6 +463,29 @@ def import_close():
                     torch.cuda.current_device())
     im.close(); al.close()
 
+# A fresh worker's first calls: what the first test of a grading pays (int64_overflow's, on the
+# GPU 1-7 s beside seven other gradings, 0.1-0.2 s for the test after it). Small tensors first,
+# then two 100,000-block caches with a few windows backed, as int64_overflow makes them.
+fresh = started(a.reference, a, DEV, confinement_for(a, DEV, [], want_uid=True), {})
+fresh._ready_worker()
+for label in ("first", "second"):
+    rows[f"fresh worker, its {label} call, small (ms)"] = round(1e3 * one(fresh.reshape_and_cache, torch_made()), 2)
+    fresh.exchange.release()
+row = 32 * 128 * 2
+windows = [(w * 256 * row, (w + 1) * 256 * row) for w in (3, 2100, 4400, 6000)]
+for label in ("first", "second"):
+    sync(); t = time.perf_counter()
+    big = [fresh.exchange.zeros((100_000, 16, 32, 128), torch.float16, backed=windows) for _ in range(2)]
+    sync(); made = time.perf_counter() - t
+    kv = torch.randn((8, 32, 128), device=DEV, generator=g).half()
+    slots = torch.tensor([5, 9, 2100 * 256 + 3, 2100 * 256 + 7, 4400 * 256, 4400 * 256 + 9, 6000 * 256 + 1, 6000 * 256 + 2],
+                         device=DEV)
+    rows[f"fresh worker, 100,000-block caches, {label} time: made (ms)"] = round(1e3 * made, 2)
+    took = one(fresh.reshape_and_cache, (kv, kv, *big, slots))
+    rows[f"fresh worker, 100,000-block caches, {label} time: call (ms)"] = round(1e3 * took, 2)
+    del big
+    fresh.exchange.release()
+fresh.close(); fresh.conf.release()
 if DEV == "cuda":
     rows["vmm: 1 MiB allocated, exported and freed (ms)"] = ms(alloc_close)
     rows["vmm: the same, and imported and unmapped once more (ms)"] = ms(import_close)
@@ -475,7 +498,8 @@ print(json.dumps(rows))
 def part_calls(args, out: Path) -> dict:
     """Where one call through the sandbox goes, on a warm worker of the reference alone: a call with
     tensors staged as a test makes them, with the grader's shared tensors, and one that raises;
-    the VMM steps on their own; and a profile of the grader's side of the staged call."""
+    a fresh worker's first and second calls, small and with int64_overflow's sparse caches; the
+    VMM steps on their own; and a profile of the grader's side of the staged call."""
     rows, wall = run_probe(CALLS_PROBE, args.deadline)
     if rows is None:
         return {"ok": False, "wall_s": round(wall, 1)}
