@@ -27,6 +27,10 @@ write:  each case of the write area in one process, outside the sandbox, with a 
         cache: building its inputs as the test does (and, beside it, drawing the two caches' contents
         on the CPU as the suite did before), the reference's first call (Triton's compile
         of that specialisation included), a second call, and the check of both caches.
+calls:  one call through the sandbox on a warm worker of the reference, alone (staged tensors,
+        shared ones, a call that raises), a fresh worker's first two calls, the VMM steps on
+        their own, and a profile of the grader's side. Run it beside a `rate` for the same
+        under load. It also runs on the CPU, as a dry run.
 Each part prints its table and writes DIR/<part>.json; exit 1 when a check fails.
 """
 from __future__ import annotations
