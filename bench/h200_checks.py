@@ -281,7 +281,8 @@ import torch
 sys.path[:0] = [sys.argv[2], sys.argv[3]]
 spec = importlib.util.spec_from_file_location("reference", sys.argv[1])
 ref = importlib.util.module_from_spec(spec); spec.loader.exec_module(ref)
-torch.empty(1, device="cuda")
+if torch.cuda.is_available():
+    torch.empty(1, device="cuda")
 """
 
 
