@@ -55,9 +55,9 @@ class Exchange:
         self._pooled: dict[int, torch.Tensor] = {}                   # CUDA: base from our pool
         self._pool = torch.cuda.MemPool() if device.type == "cuda" and not self.vmm else None
         # Staging buffers kept between calls (not with torch's CUDA IPC, whose worker maps per call):
-        # free ones by size class, and for each kept one the bytes its last call used.
+        # the free ones by size class, and the data_ptr of every kept one.
         self._spare: dict[int, list[torch.Tensor]] = {}
-        self._kept: dict[int, int] = {}                              # data_ptr -> bytes last used
+        self._kept: set[int] = set()
         self._kept_bytes = 0
         self._keeps = device.type == "cpu" or self.vmm
 
@@ -101,7 +101,7 @@ class Exchange:
     def release(self, staging: bool = False) -> None:
         """Forget everything allocated so far (called between tests), the kept staging buffers
         too where `staging` (the worker that mapped them is gone or going)."""
-        kept = set() if staging else set(self._kept)
+        kept = set() if staging else self._kept
         for key in [k for k in self._files if k not in kept]:
             with contextlib.suppress(OSError):
                 os.unlink(self._files.pop(key)[0])
@@ -153,34 +153,31 @@ class Exchange:
             for storage, copy in staged.values():
                 if storage.nbytes():
                     _bytes_view(storage).copy_(copy[: storage.nbytes()])
-                self._unstage(copy, storage.nbytes())
+                self._unstage(copy)
 
     def _stage(self, nbytes: int) -> torch.Tensor:
         """A buffer for a staged storage of `nbytes`: a kept one of its size class where one is
-        free, its bytes past `nbytes` that an earlier call used zeroed (a fresh buffer holds
-        nothing of the past either); else a new one, kept if the kept ones leave room."""
+        free, everything past `nbytes` zeroed (what an earlier call or the worker itself left
+        there, as a fresh buffer holds nothing of the past); else a new one, kept if the kept
+        ones leave room."""
         size = staging_class(nbytes)
         spare = self._spare.get(size)
         if spare:
             base = spare.pop()
-            used = self._kept[base.untyped_storage().data_ptr()]
-            if used > nbytes:
-                base[nbytes:used].zero_()
+            base[nbytes:].zero_()
             return base
         if not self._keeps or self._kept_bytes + size > STAGING_KEPT_BYTES:
             return self._alloc_bytes(max(1, nbytes))
         base = self._alloc_bytes(size)
-        self._kept[base.untyped_storage().data_ptr()] = 0
+        self._kept.add(base.untyped_storage().data_ptr())
         self._kept_bytes += size
         return base
 
-    def _unstage(self, base: torch.Tensor, nbytes: int) -> None:
-        key = base.untyped_storage().data_ptr()
-        if key not in self._kept:
+    def _unstage(self, base: torch.Tensor) -> None:
+        if base.untyped_storage().data_ptr() in self._kept:
+            self._spare.setdefault(base.numel(), []).append(base)
+        else:
             self._forget(base)
-            return
-        self._kept[key] = max(nbytes, 1)
-        self._spare.setdefault(base.numel(), []).append(base)
 
     def _is_exchange(self, key: int) -> bool:
         return key in self._files or key in self._pooled or key in self._allocations

@@ -15,7 +15,7 @@ TOY = Path(__file__).parent.parent / "toy" / "submissions"
 @pytest.fixture
 def sub():
     conf = Confinement.prepare("cpu", [], want_uid=False)
-    sub = Submission(TOY / "reads_its_buffers.py", ["storage_bytes", "fill"], torch.device("cpu"), conf, timeout=60)
+    sub = Submission(TOY / "reads_its_buffers.py", ["storage_bytes", "fill", "fill_past"], torch.device("cpu"), conf, timeout=60)
     yield sub
     sub.close()
     conf.release()
@@ -39,6 +39,16 @@ def test_a_buffer_reused_for_a_smaller_tensor_shows_nothing_past_it(sub):
     assert len(seen) == staging_class(small.numel() * 4)
     assert torch.equal(seen[:40].view(torch.float32), small)
     assert not seen[40:].any(), "the bytes past the small tensor still held the earlier call's values"
+
+
+def test_what_a_worker_wrote_past_its_tensor_is_gone_at_the_next_call(sub):
+    """The kept buffer is no store across calls (or across a restarted worker): the bytes past a
+    tensor are zeroed at each reuse, whoever wrote them."""
+    first = torch.zeros(10)
+    sub.fill_past(first, 9)
+    assert torch.equal(first.view(torch.uint8), torch.full((40,), 9, dtype=torch.uint8))
+    seen = sub.storage_bytes(torch.zeros(10))
+    assert not seen.any(), "bytes the worker wrote past its tensor in an earlier call were still there"
 
 
 def test_kept_buffers_stay_under_their_cap_and_go_with_the_exchange(tmp_path):

@@ -9,3 +9,8 @@ def storage_bytes(x):
 
 def fill(x, value):
     x.fill_(value)
+
+
+def fill_past(x, value):
+    """Writes the whole storage behind x, its bytes past x included."""
+    torch.empty(0, dtype=torch.uint8).set_(x.untyped_storage()).fill_(value)
