@@ -454,10 +454,7 @@ pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(22)
 print(text.getvalue()[-6000:], file=sys.stderr)
 
 def ms(fn, n=30):
-    times = []
-    for _ in range(n):
-        sync(); t = time.perf_counter(); fn(); times.append(time.perf_counter() - t)
-    return round(1e3 * sorted(times)[n // 2], 3)
+    return round(1e3 * sorted(one(fn, ()) for _ in range(n))[n // 2], 3)
 
 def alloc_close():
     vmm.Allocation(1 << 20, torch.cuda.current_device()).close()
@@ -470,7 +467,7 @@ def import_close():
     im.close(); al.close()
 
 # A fresh worker's first calls: what the first test of a grading pays (int64_overflow's, on the
-# GPU 1-7 s beside seven other gradings, 0.1-0.2 s for the test after it). Small tensors first,
+# GPU 0.4-7.6 s beside seven other gradings, 0.1-0.4 s for the test after it). Small tensors first,
 # then two 100,000-block caches with a few windows backed, as int64_overflow makes them.
 fresh = started(a.reference, a, DEV, confinement_for(a, DEV, [], want_uid=True), {})
 fresh._ready_worker()
