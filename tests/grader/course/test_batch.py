@@ -191,8 +191,8 @@ def test_one_worker_per_gpu(monkeypatch):
 
 
 def test_a_gpu_gets_no_more_gradings_than_its_memory_holds(monkeypatch):
-    """The int64 test alone maps 26 GB: eight gradings on one 141 GB GPU would run honest
-    submissions out of memory, and out of points."""
+    """A grading holds up to its `gpu_memory_gib` of the GPU: more gradings than the GPU's memory
+    holds would run honest submissions out of memory, and out of points."""
     monkeypatch.setattr(machines, "visible_gpus", lambda: ["0", "1"])
     monkeypatch.setattr(machines, "cuda_device_memory", lambda: [140 << 30, 40 << 30])
     placed = [env["CUDA_VISIBLE_DEVICES"] for env in machines.slots("cuda", 8, 32 << 30)]

@@ -54,7 +54,7 @@ def test_the_reference_over_an_areas_budget_fails_the_matrix():
 
 
 def test_waiting_for_the_neighbours_on_a_shared_gpu_is_not_the_gradings_own_cost():
-    """At eight gradings a GPU a timing test waits for the others' turns: that time is theirs. The
+    """With several gradings on a GPU a timing test waits for the others' turns: that time is theirs. The
     budget bounds what is left, and the table shows the waits beside it."""
     row = v.judge(entry("reference", "reference"), report({"write": 12.0}, waits={"write": 9.0}), CPU,
                   budgets=BUDGETS, call_timeout_s=60)
