@@ -156,21 +156,21 @@ class Exchange:
                 self._unstage(copy)
 
     def _stage(self, nbytes: int) -> torch.Tensor:
-        """A buffer for a staged storage of `nbytes`: a kept one of its size class where one is
-        free, everything past `nbytes` zeroed (what an earlier call or the worker itself left
-        there, as a fresh buffer holds nothing of the past); else a new one, kept if the kept
-        ones leave room."""
+        """A buffer for a staged storage of `nbytes`: a kept one of its size class (a free one, else
+        a new one while the kept ones leave room), else one of `nbytes` (at least one byte).
+        Everything past `nbytes` is zeroed, whatever an earlier call, the worker or the allocator
+        left there: the staged copy overwrites only its own bytes."""
         size = staging_class(nbytes)
         spare = self._spare.get(size)
         if spare:
             base = spare.pop()
-            base[nbytes:].zero_()
-            return base
-        if not self._keeps or self._kept_bytes + size > STAGING_KEPT_BYTES:
-            return self._alloc_bytes(max(1, nbytes))
-        base = self._alloc_bytes(size)
-        self._kept.add(base.untyped_storage().data_ptr())
-        self._kept_bytes += size
+        elif self._keeps and self._kept_bytes + size <= STAGING_KEPT_BYTES:
+            base = self._alloc_bytes(size)
+            self._kept.add(base.untyped_storage().data_ptr())
+            self._kept_bytes += size
+        else:
+            base = self._alloc_bytes(max(1, nbytes))
+        base[nbytes:].zero_()
         return base
 
     def _unstage(self, base: torch.Tensor) -> None:

@@ -63,3 +63,15 @@ def test_kept_buffers_stay_under_their_cap_and_go_with_the_exchange(tmp_path):
     assert len(list(tmp_path.iterdir())) == 3, "release between tests keeps the staging buffers"
     x.release(staging=True)
     assert not list(tmp_path.iterdir()) and not x._kept
+
+
+def test_a_new_kept_buffer_shows_nothing_past_the_tensor_whatever_its_memory_held(tmp_path, monkeypatch):
+    """A new kept buffer is larger than its first tensor, and nothing promises fresh device memory
+    is zero (a CUDA allocation may come back with what this process freed): its tail is zeroed
+    as a reused buffer's is, not trusted to be clean."""
+    x = Exchange(tmp_path, torch.device("cpu"))
+    alloc = x._alloc_bytes
+    monkeypatch.setattr(x, "_alloc_bytes", lambda n, backed=None: alloc(n, backed).fill_(0xAB))
+    with x.crossing([torch.zeros(10)], {}):
+        (base,) = [torch.from_file(str(p), size=STAGING_MIN_BYTES, dtype=torch.uint8) for p in tmp_path.iterdir()]
+        assert not base[40:].any(), "the bytes past the tensor held what the new buffer's memory held"
