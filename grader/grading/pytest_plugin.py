@@ -19,7 +19,7 @@ import pytest
 from ..gpu import machines
 from . import state_records
 from ..assignment import Assignment
-from .scoring import DETAIL_CHARS, NEIGHBOURS, WORKER_START
+from .scoring import DETAIL_CHARS, NEIGHBOURS, SHARED_FIGURE, WORKER_START
 from ..sandbox import SandboxFailure, Submission, SubmissionError, SubmissionUnavailable
 from .workers import confinement_for, started
 
@@ -51,6 +51,9 @@ class Grading:
         # Seconds waited for other gradings on a shared GPU that no test's figures hold: another's
         # making of a GPU memo, a turn and a quiet window taken outside a test (gpu_share).
         self.neighbours_s = 0.0
+        # Seconds this grading spent making a GPU memo that every grading on the GPU reads
+        # (gpu_memo), its waits for the neighbours aside: the GPU's cost, in no area.
+        self.shared_s = 0.0
         self._spare = workers.spare_for(self)
         if self._spare is not None:
             self.confinement = self._spare.conf
@@ -344,20 +347,26 @@ def charge_time(request):
     gradings meanwhile (Grading.neighbours_s) counts in no area: report.build shows it as a
     phase."""
     grading = _grading(request.config)
+    return lambda area: charged(grading, area)
 
-    @contextlib.contextmanager
-    def charge(area: str):
-        start, waited = time.monotonic(), grading.neighbours_s
-        try:
-            yield
-        finally:
-            spent = grading.charged.setdefault(grading.current or "", {})
-            took = time.monotonic() - start
-            aside = min(took, max(0.0, grading.neighbours_s - waited))
-            spent[area] = spent.get(area, 0.0) + took - aside
-            if aside:
-                spent[NEIGHBOURS] = spent.get(NEIGHBOURS, 0.0) + aside
-    return charge
+
+@contextlib.contextmanager
+def charged(grading: Grading, area: str):
+    """The block's seconds in `area` for the test being set up or run (charge_time), less what it
+    waited for the neighbours and what it spent making a figure shared on this GPU: those two
+    are recorded apart, as phases, so that an area's seconds are this file's alone."""
+    start, waited, shared = time.monotonic(), grading.neighbours_s, grading.shared_s
+    try:
+        yield
+    finally:
+        spent = grading.charged.setdefault(grading.current or "", {})
+        took = time.monotonic() - start
+        aside = min(took, max(0.0, grading.neighbours_s - waited))
+        made = min(took - aside, max(0.0, grading.shared_s - shared))
+        spent[area] = spent.get(area, 0.0) + took - aside - made
+        for pseudo, seconds in ((NEIGHBOURS, aside), (SHARED_FIGURE, made)):
+            if seconds:
+                spent[pseudo] = spent.get(pseudo, 0.0) + seconds
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -417,15 +426,24 @@ def gpu_memo(request, device):
 
 
 class _WaitsKept:
-    """A GpuMemo whose waits for another grading's making count as the grading's neighbours'."""
+    """A GpuMemo whose waits for another grading's making count as the grading's neighbours',
+    and whose making here counts as the GPU's (Grading.shared_s), not the grading's own."""
 
     def __init__(self, memo, grading):
         self._memo, self._grading = memo, grading
 
-    def get(self, *args, **kwargs):
-        got = self._memo.get(*args, **kwargs)
+    def get(self, name: str, make, *args, **kwargs):
+        grading = self._grading
+
+        def timed():
+            start, waited = time.monotonic(), grading.neighbours_s
+            try:
+                return make()
+            finally:
+                grading.shared_s += max(0.0, time.monotonic() - start - (grading.neighbours_s - waited))
+        got = self._memo.get(name, timed, *args, **kwargs)
         if got is not None:
-            self._grading.neighbours_s += got.waited_s
+            grading.neighbours_s += got.waited_s
         return got
 
 

@@ -11,7 +11,7 @@ from .. import __version__
 from ..assignment import Assignment
 from ..files import replacing
 from .report_reader import ReportError as ReportError, read as read   # the reader, beside the writer
-from .scoring import NEIGHBOURS, OUTCOMES, WORKER_START, AreaResult, TestResult, regrade, totals
+from .scoring import NEIGHBOURS, OUTCOMES, SHARED_FIGURE, WORKER_START, AreaResult, TestResult, regrade, totals
 
 SCHEMA = Path(__file__).with_name("results.schema.json")
 
@@ -23,7 +23,8 @@ def build(assignment: Assignment, areas: dict[str, AreaResult], results: list[Te
     order = {name: i for i, name in enumerate(assignment.areas, start=1)}
     counters: dict[str, int] = {}
     seconds: dict[str, float] = {}     # wall time of each area's tests, setup and teardown included
-    as_phases = {WORKER_START: "worker_start_s", NEIGHBOURS: "gpu_neighbours_wait_s"}   # not areas
+    as_phases = {WORKER_START: "worker_start_s", NEIGHBOURS: "gpu_neighbours_wait_s",   # not areas
+                 SHARED_FIGURE: "gpu_shared_figure_s"}
     in_phases: dict[str, float] = {}
     for r in results:
         moved = {a: s for a, s in r.charged.items() if (a in order or a in as_phases) and s >= 0}

@@ -20,6 +20,10 @@ WORKER_START = "(worker start)"
 # gpu_neighbours_wait_s. A test's own waits stay in its area and in its figures (validate
 # leaves them out of the budgets).
 NEIGHBOURS = "(neighbours' work)"
+# Nor this: seconds spent making a figure every grading on this GPU reads (a GPU memo, such as the
+# reference's timings), once per GPU for the memo's lifetime, in whichever grading needs it first.
+# It is the GPU's cost, not this file's, so no budget pays for it: the phase gpu_shared_figure_s.
+SHARED_FIGURE = "(a figure shared on this GPU)"
 
 
 @dataclass

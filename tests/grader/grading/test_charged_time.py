@@ -1,11 +1,15 @@
 """Time a session fixture spends for one area (charge_time) counts in that area's seconds, not
 in the test whose setup it ran in: the reference's timing for performance runs before the
 first test, which on L1 is an int64_overflow test."""
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from grader.assignment import Assignment
+from grader.gpu.memo import GpuMemo
+from grader.grading.pytest_plugin import _WaitsKept, charged
 from grader.grading.report import build
-from grader.grading.scoring import NEIGHBOURS, TestResult, score
+from grader.grading.scoring import NEIGHBOURS, SHARED_FIGURE, TestResult, score
 
 REPO = Path(__file__).resolve().parents[3]
 ASSIGNMENT = Assignment.load(REPO / "assignment" / "l1_paged_kv_write")
@@ -49,3 +53,36 @@ def test_a_charged_wait_for_the_neighbours_is_a_phase_and_in_no_area():
     seconds, report = _seconds(results)
     assert seconds["slot_mapping"] == 0.5 and seconds["performance"] == 3.5
     assert report["extra_data"]["phases"]["gpu_neighbours_wait_s"] == 4.0
+
+
+def test_making_a_figure_every_grading_on_the_gpu_reads_is_a_phase_and_in_no_area(tmp_path):
+    """The grading that makes the reference's timings for its GPU (a memo, once for every grading
+    there) is not charged for them: which grading makes them is chance, and a budget that paid for
+    them would fail whichever one did. Its making is the phase gpu_shared_figure_s, its waits for
+    the neighbours gpu_neighbours_wait_s; what asking for the figure cost it stays in the area."""
+    def grading():
+        return SimpleNamespace(charged={}, current="t::first", neighbours_s=0.0, shared_s=0.0)
+
+    def make():
+        time.sleep(0.4)
+        maker.neighbours_s += 0.1       # of which a turn it waited for: the neighbours'
+        return {"t_ref_s": 1.0}
+
+    maker, reader = grading(), grading()
+    for who in (maker, reader):
+        with charged(who, "performance"):
+            got = _WaitsKept(GpuMemo(tmp_path, "gpu-a", "fp"), who).get("timings", make)
+            time.sleep(0.05)            # the asking grading's own use of the figure
+        assert got.value == {"t_ref_s": 1.0}
+    made = maker.charged["t::first"]
+    assert 0.25 <= made[SHARED_FIGURE] <= 0.4 and 0.1 <= made[NEIGHBOURS] < 0.12, made
+    assert 0.05 <= made["performance"] < 0.15, made
+    read = reader.charged["t::first"]
+    assert SHARED_FIGURE not in read and 0.05 <= read["performance"] < 0.15, read
+
+    results = [TestResult("t::first", "int64_overflow", "c", "passed", duration_s=6.0,
+                          charged={"performance": 0.5, SHARED_FIGURE: 3.0, NEIGHBOURS: 1.0}),
+               TestResult("t::perf", "performance", "c", "passed", duration_s=2.0, measure=1.0)]
+    seconds, report = _seconds(results)
+    assert seconds["int64_overflow"] == 1.5 and seconds["performance"] == 2.5
+    assert report["extra_data"]["phases"]["gpu_shared_figure_s"] == 3.0

@@ -40,8 +40,9 @@ def reference_timings(request, device, submission, run_seed, gpu_share, quiet_gp
         return _time_reference(reference, device, submission, run_seed, gpu_share, quiet_gpu)
 
     def get(wait: bool):
-        # It counts in the performance area, not in the test whose setup it runs in; what it
-        # waited for other gradings (their timing of it, their work in its window) in neither.
+        # Asking counts in the performance area, not in the test whose setup it runs in. What it
+        # waited for other gradings (their timing of it, their work in its window) counts in
+        # neither, nor does making it here: the figure is the GPU's, read by every grading on it.
         with charge_time("performance"):
             memo = gpu_memo.get("l1-reference-timings", make, wait=wait,
                                 keep=lambda timings: all("t_ref_s" in timings.get(case, {}) for case in CASES))
