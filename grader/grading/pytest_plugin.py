@@ -47,13 +47,9 @@ class Grading:
         self.workers = workers
         self.failed_areas: set[str] = set()        # areas with a test that failed so far
         self.current: str | None = None             # the node id of the test being set up or run
-        self.charged: dict[str, dict[str, float]] = {}   # node id -> area -> seconds (charge_time)
-        # Seconds waited for other gradings on a shared GPU that no test's figures hold: another's
-        # making of a GPU memo, a turn and a quiet window taken outside a test (gpu_share).
-        self.neighbours_s = 0.0
-        # Seconds this grading spent making a GPU memo that every grading on the GPU reads
-        # (gpu_memo), its waits for the neighbours aside: the GPU's cost, in no area.
-        self.shared_s = 0.0
+        # node id -> area (or NEIGHBOURS, SHARED_FIGURE, WORKER_START) -> seconds: charge_time's
+        # and set_aside's, moved out of the test's own area by report.build
+        self.charged: dict[str, dict[str, float]] = {}
         self._spare = workers.spare_for(self)
         if self._spare is not None:
             self.confinement = self._spare.conf
@@ -344,29 +340,32 @@ def charge_time(request):
     """charge_time(area) is a context manager whose seconds count in `area`'s time rather than
     in the test it runs under: a session fixture set up for one area (the reference's timing,
     for performance) runs in the setup of whichever test comes first. What it waited for other
-    gradings meanwhile (Grading.neighbours_s) counts in no area: report.build shows it as a
-    phase."""
+    gradings meanwhile (set_aside) counts in no area: report.build shows it as a phase."""
     grading = _grading(request.config)
     return lambda area: charged(grading, area)
 
 
+def set_aside(grading: Grading, pseudo: str, seconds: float) -> None:
+    """Seconds of the test being set up or run that are no area's (NEIGHBOURS: waits for other
+    gradings on a shared GPU that no test's figures hold), shown as a phase."""
+    if seconds > 0:
+        spent = grading.charged.setdefault(grading.current or "", {})
+        spent[pseudo] = spent.get(pseudo, 0.0) + seconds
+
+
 @contextlib.contextmanager
 def charged(grading: Grading, area: str):
-    """The block's seconds in `area` for the test being set up or run (charge_time), less what it
-    waited for the neighbours and what it spent making a figure shared on this GPU: those two
-    are recorded apart, as phases, so that an area's seconds are this file's alone."""
-    start, waited, shared = time.monotonic(), grading.neighbours_s, grading.shared_s
+    """The block's seconds count in `area` for the test being set up or run (charge_time), less
+    what was charged or set aside within it: charges nest, so that a figure made for the whole
+    GPU inside the reference's timing (SHARED_FIGURE) or a wait for the neighbours is not
+    counted again in the area around it."""
+    spent = grading.charged.setdefault(grading.current or "", {})
+    start, before = time.monotonic(), sum(spent.values())
     try:
         yield
     finally:
-        spent = grading.charged.setdefault(grading.current or "", {})
-        took = time.monotonic() - start
-        aside = min(took, max(0.0, grading.neighbours_s - waited))
-        made = min(took - aside, max(0.0, grading.shared_s - shared))
-        spent[area] = spent.get(area, 0.0) + took - aside - made
-        for pseudo, seconds in ((NEIGHBOURS, aside), (SHARED_FIGURE, made)):
-            if seconds:
-                spent[pseudo] = spent.get(pseudo, 0.0) + seconds
+        inside = sum(spent.values()) - before
+        spent[area] = spent.get(area, 0.0) + max(0.0, time.monotonic() - start - inside)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -393,8 +392,8 @@ def gpu_share(request, device):
 
     @contextlib.contextmanager
     def outside_a_test():
-        # Its waits are in no test's figures (gpu_turn records a test's): they are kept for
-        # charge_time, which leaves them out of the area it charges.
+        # Its waits are in no test's figures (gpu_turn records a test's): they are set aside,
+        # out of the area charge_time charges.
         quiet = request.getfixturevalue("quiet_gpu")
         asked, quiet_before = time.monotonic(), quiet.waited_s + quiet.redone_s
         with gpu_turns.turn(gpu_turns.gpu_key(), exclusive=False) as held:
@@ -402,7 +401,8 @@ def gpu_share(request, device):
             try:
                 yield held
             finally:
-                grading.neighbours_s += taken + held.waited_s + quiet.waited_s + quiet.redone_s - quiet_before
+                set_aside(grading, NEIGHBOURS,
+                          taken + held.waited_s + quiet.waited_s + quiet.redone_s - quiet_before)
 
     def share():
         held = gpu_turns.current()
@@ -427,23 +427,18 @@ def gpu_memo(request, device):
 
 class _WaitsKept:
     """A GpuMemo whose waits for another grading's making count as the grading's neighbours',
-    and whose making here counts as the GPU's (Grading.shared_s), not the grading's own."""
+    and whose making here as the GPU's (SHARED_FIGURE), not the grading's own."""
 
     def __init__(self, memo, grading):
         self._memo, self._grading = memo, grading
 
     def get(self, name: str, make, *args, **kwargs):
-        grading = self._grading
-
-        def timed():
-            start, waited = time.monotonic(), grading.neighbours_s
-            try:
+        def made_for_the_gpu():
+            with charged(self._grading, SHARED_FIGURE):
                 return make()
-            finally:
-                grading.shared_s += max(0.0, time.monotonic() - start - (grading.neighbours_s - waited))
-        got = self._memo.get(name, timed, *args, **kwargs)
+        got = self._memo.get(name, made_for_the_gpu, *args, **kwargs)
         if got is not None:
-            grading.neighbours_s += got.waited_s
+            set_aside(self._grading, NEIGHBOURS, got.waited_s)
         return got
 
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from grader.assignment import Assignment
 from grader.gpu.memo import GpuMemo
-from grader.grading.pytest_plugin import _WaitsKept, charged
+from grader.grading.pytest_plugin import _WaitsKept, charged, set_aside
 from grader.grading.report import build
 from grader.grading.scoring import NEIGHBOURS, SHARED_FIGURE, TestResult, score
 
@@ -61,11 +61,11 @@ def test_making_a_figure_every_grading_on_the_gpu_reads_is_a_phase_and_in_no_are
     them would fail whichever one did. Its making is the phase gpu_shared_figure_s, its waits for
     the neighbours gpu_neighbours_wait_s; what asking for the figure cost it stays in the area."""
     def grading():
-        return SimpleNamespace(charged={}, current="t::first", neighbours_s=0.0, shared_s=0.0)
+        return SimpleNamespace(charged={}, current="t::first")
 
     def make():
         time.sleep(0.4)
-        maker.neighbours_s += 0.1       # of which a turn it waited for: the neighbours'
+        set_aside(maker, NEIGHBOURS, 0.1)   # of which a turn it waited for: the neighbours'
         return {"t_ref_s": 1.0}
 
     maker, reader = grading(), grading()
